@@ -1,0 +1,283 @@
+"""Which group a process belongs to (SPEC §4), and the names of pods from the node's files.
+
+`classify` is a pure function from the text of `/proc/<pid>/cgroup` to a `PodRef` (a
+kubelet pod segment was found) or a cgroup path. `PodNames` reads the directories that
+kubelet writes under `/var/log/pods` and `/var/log/containers`; no API access is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from collector.model import CgroupLine, Malformed
+from collector.parse import parse_cgroup
+
+log = logging.getLogger(__name__)
+
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+# `pod<uid>` (cgroupfs driver) or `<prefix>-pod<uid_with_underscores>.slice` (systemd driver),
+# where prefix is kubepods, kubepods-<qos>, or a nested kubelet's kubelet-kubepods[-<qos>].
+# The v1 `name=systemd` form appends `:<runtime>:<container id>` to the slice.
+_POD_SEGMENT = re.compile(
+    rf"^(?:(?P<prefix>[a-z0-9-]*kubepods(?:-(?P<sqos>burstable|besteffort))?)-)?"
+    rf"pod(?P<uid>{_UID})(?:\.slice)?(?::(?P<runtime>[a-z-]+):(?P<cid>[0-9a-zA-Z]+))?$"
+)
+# A container's own cgroup below its pod: `cri-containerd-<id>.scope`, `crio-<id>.scope`,
+# `docker-<id>.scope`, `crio-conmon-<id>.scope` (the runtime's monitor), or a bare id.
+_CONTAINER_SEGMENT = re.compile(
+    r"^(?:(?P<runtime>[a-z][a-z-]*?)-)?(?P<cid>[0-9a-f]{12,})(?:\.scope)?$"
+)
+_QOS_SEGMENTS = {
+    "burstable": "burstable",
+    "besteffort": "besteffort",
+}
+_CONMON_RUNTIMES = frozenset({"crio-conmon"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A process's pod, as its cgroup path tells it."""
+
+    uid: str
+    qos: str
+    container_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A group's identity: its kind (`pod` or `cgroup`) and its label pairs, in order."""
+
+    kind: str
+    labels: tuple[tuple[str, str], ...]
+
+    def label_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+def strip_namespace_prefix(path: str) -> str:
+    """A path seen from another cgroup namespace starts with `/..` segments: drop them."""
+    while path.startswith("/.."):
+        rest = path[3:]
+        if rest and not rest.startswith("/"):
+            break
+        path = rest or "/"
+    return path
+
+
+def pod_from_path(path: str) -> PodRef | None:
+    """The pod of a cgroup path with a kubelet pod segment, or None (conmon: None too)."""
+    segments = [s for s in strip_namespace_prefix(path).split("/") if s]
+    for index, segment in enumerate(segments):
+        match = _POD_SEGMENT.match(segment)
+        if match is None:
+            continue
+        uid = match["uid"].replace("_", "-")
+        qos = _qos(segments[:index], match)
+        if match["cid"] is not None:
+            if match["runtime"] in _CONMON_RUNTIMES:
+                return None
+            return PodRef(uid, qos, match["cid"])
+        container_id = ""
+        if index + 1 < len(segments):
+            container = _CONTAINER_SEGMENT.match(segments[index + 1])
+            if container is not None:
+                if container["runtime"] in _CONMON_RUNTIMES:
+                    return None
+                container_id = container["cid"]
+        return PodRef(uid, qos, container_id)
+    return None
+
+
+def _qos(parents: list[str], match: re.Match[str]) -> str:
+    if match["sqos"]:
+        return match["sqos"]
+    if match["prefix"]:
+        return "guaranteed"  # `kubepods-pod<uid>.slice`: directly under kubepods
+    # cgroupfs driver: the parent directory names the class, or is kubepods itself.
+    if parents:
+        parent = parents[-1]
+        if parent in _QOS_SEGMENTS:
+            return _QOS_SEGMENTS[parent]
+        if parent == "kubepods" or parent.endswith("kubepods"):
+            return "guaranteed"
+    return ""
+
+
+def _is_v2(line: CgroupLine) -> bool:
+    return line.hierarchy == 0 and not line.controllers
+
+
+def group_path(lines: tuple[CgroupLine, ...]) -> str:
+    """The cgroup label of a process outside any pod: its v2 path, or the v1 `cpu` path.
+
+    On a hybrid host both exist; the more specific one wins (v2 unless it is the root).
+    """
+    v2 = next((line.path for line in lines if _is_v2(line)), None)
+    cpu = next((line.path for line in lines if "cpu" in line.controllers), None)
+    if v2 is not None:
+        v2 = strip_namespace_prefix(v2)
+    if cpu is not None:
+        cpu = strip_namespace_prefix(cpu)
+    if v2 is not None and (v2 != "/" or cpu is None):
+        return v2
+    if cpu is not None:
+        return cpu
+    return strip_namespace_prefix(lines[0].path)
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """What a cgroup file says: a pod, or else the cgroup path that names the group."""
+
+    pod: PodRef | None
+    cgroup: str
+
+
+@lru_cache(maxsize=8192)
+def classify(cgroup_text: bytes) -> Classified:
+    """The group of a process from the bytes of its `/proc/<pid>/cgroup`.
+
+    v2 first, then v1 `cpu`, then any other hierarchy (e.g. `name=systemd`): on cgroup v1
+    every controller holds a pod's processes at the same kubelet path.
+    """
+    lines = parse_cgroup(cgroup_text)
+    ordered = sorted(lines, key=lambda line: (not _is_v2(line), "cpu" not in line.controllers))
+    for line in ordered:
+        pod = pod_from_path(line.path)
+        if pod is not None:
+            return Classified(pod, "")
+        if _is_conmon(line.path):
+            break
+    return Classified(None, group_path(lines))
+
+
+def _is_conmon(path: str) -> bool:
+    return "/crio-conmon-" in path
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+
+
+class PodNames:
+    """Pod and container names from the files kubelet writes on the node.
+
+    `/var/log/pods/<namespace>_<pod>_<uid>/` gives a pod's names by UID and
+    `/var/log/containers/<pod>_<namespace>_<container>-<container id>.log` a container's
+    name by ID. Re-read only when a directory's mtime changes.
+    """
+
+    _CONTAINER_LOG = re.compile(
+        r"^(?P<pod>[^_]+)_(?P<ns>[^_]+)_(?P<name>.+)-(?P<cid>[0-9a-f]+)\.log$"
+    )
+
+    def __init__(
+        self, pod_logs: str = "/var/log/pods", container_logs: str = "/var/log/containers"
+    ):
+        self.pod_logs = pod_logs
+        self.container_logs = container_logs
+        self._pods: dict[str, PodInfo] = {}
+        self._containers: dict[str, str] = {}
+        self._pods_mtime: int | None = None
+        self._containers_mtime: int | None = None
+
+    def refresh(self) -> None:
+        pods_mtime = _mtime(self.pod_logs)
+        if pods_mtime != self._pods_mtime:
+            self._pods = self._read_pods()
+            self._pods_mtime = pods_mtime
+        containers_mtime = _mtime(self.container_logs)
+        if containers_mtime != self._containers_mtime:
+            self._containers = self._read_containers()
+            self._containers_mtime = containers_mtime
+
+    def pod(self, uid: str) -> PodInfo | None:
+        return self._pods.get(uid)
+
+    def container(self, container_id: str) -> str | None:
+        return self._containers.get(container_id)
+
+    def _read_pods(self) -> dict[str, PodInfo]:
+        pods = {}
+        for entry in _listdir(self.pod_logs):
+            parts = entry.split("_")
+            if len(parts) == 3 and all(parts):
+                namespace, name, uid = parts
+                pods[uid] = PodInfo(namespace, name)
+        return pods
+
+    def _read_containers(self) -> dict[str, str]:
+        containers = {}
+        for entry in _listdir(self.container_logs):
+            match = self._CONTAINER_LOG.match(entry)
+            if match is not None:
+                containers[match["cid"]] = match["name"]
+        return containers
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
+
+
+class Grouper:
+    """Turns a process's cgroup bytes into its `Group`, with names from `PodNames`."""
+
+    def __init__(self, names: PodNames, per_container: bool = False, pods_only: bool = False):
+        self.names = names
+        self.per_container = per_container
+        self.pods_only = pods_only
+
+    def group_of(self, cgroup_text: bytes) -> Group | None:
+        """The group, or None when `--pods-only` drops it. Raises Malformed on bad text."""
+        classified = classify(cgroup_text)
+        pod = classified.pod
+        if pod is None:
+            if self.pods_only:
+                return None
+            return Group("cgroup", (("cgroup", classified.cgroup),))
+        info = self.names.pod(pod.uid)
+        labels = [
+            ("namespace", info.namespace if info else ""),
+            ("pod", info.name if info else ""),
+            ("uid", pod.uid),
+            ("qos", pod.qos),
+        ]
+        if self.per_container:
+            labels.append(("container", self.names.container(pod.container_id) or ""))
+            labels.append(("container_id", pod.container_id))
+        return Group("pod", tuple(labels))
+
+
+__all__ = [
+    "QOS_CLASSES",
+    "Classified",
+    "Group",
+    "Grouper",
+    "Malformed",
+    "PodInfo",
+    "PodNames",
+    "PodRef",
+    "classify",
+    "group_path",
+    "pod_from_path",
+    "strip_namespace_prefix",
+]

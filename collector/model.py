@@ -1,0 +1,163 @@
+"""Typed readings, the interval fields, and the error types shared by every layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+NANOS_PER_SECOND = 1_000_000_000
+
+
+def ticks_to_ns(ticks: int, hz: int) -> int:
+    """The one conversion from clock ticks (USER_HZ, `getconf CLK_TCK`) to nanoseconds."""
+    return ticks * NANOS_PER_SECOND // hz
+
+
+class ProcError(Exception):
+    """Base of the errors the reading layer raises."""
+
+
+class ProcessGone(ProcError):
+    """The process or thread exited while it was being read: an ordinary event."""
+
+
+class AccessDenied(ProcError):
+    """The kernel refused a read (EACCES/EPERM), e.g. `io` without ptrace rights."""
+
+
+class Malformed(ProcError):
+    """A file's text did not parse; carries what was being parsed and the offending text."""
+
+    def __init__(self, what: str, text: bytes | str):
+        shown = text[:200] if isinstance(text, str) else text[:200].decode("utf-8", "replace")
+        super().__init__(f"malformed {what}: {shown!r}")
+        self.what = what
+        self.text = text
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """The fields of `/proc/<pid>/stat` that procdelta uses."""
+
+    pid: int
+    comm: str
+    state: str
+    num_threads: int
+    start_ticks: int
+    utime_ticks: int
+    stime_ticks: int
+    major_faults: int
+    rss_pages: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedStat:
+    """`/proc/<pid>/task/<tid>/schedstat`: on-CPU ns, run-queue wait ns, timeslices."""
+
+    on_cpu_ns: int
+    run_delay_ns: int
+    timeslices: int
+
+
+@dataclass(frozen=True, slots=True)
+class Switches:
+    """The context-switch lines of `status`."""
+
+    voluntary: int
+    nonvoluntary: int
+
+
+@dataclass(frozen=True, slots=True)
+class IOBytes:
+    """The storage lines of `io` (`read_bytes`, `write_bytes`; never `rchar`/`wchar`)."""
+
+    read_bytes: int
+    write_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupLine:
+    """One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:path`."""
+
+    hierarchy: int
+    controllers: tuple[str, ...]
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadReading:
+    """One thread's counters, all monotonic over the thread's life."""
+
+    tid: int
+    start_ticks: int
+    on_cpu_ns: int
+    run_delay_ns: int
+    timeslices: int
+    voluntary_switches: int
+    nonvoluntary_switches: int
+    read_bytes: int
+    write_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessReading:
+    """One process read whole: `stat` at instant `at_ns` (CLOCK_BOOTTIME), its cgroup, threads."""
+
+    pid: int
+    comm: str
+    start_ticks: int
+    at_ns: int
+    utime_ticks: int
+    stime_ticks: int
+    major_faults: int
+    rss_bytes: int
+    cgroup: bytes
+    threads: tuple[ThreadReading, ...]
+
+
+@dataclass(slots=True)
+class Fields:
+    """The interval payload (SPEC §3): sums, never ratios. Also one process's delta."""
+
+    processes: int = 0
+    observed_nanos: int = 0
+    on_cpu_nanos: int = 0
+    run_delay_nanos: int = 0
+    cpu_user_nanos: int = 0
+    cpu_system_nanos: int = 0
+    major_faults: int = 0
+    voluntary_switches: int = 0
+    nonvoluntary_switches: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+
+    def add(self, other: Fields) -> None:
+        self.processes += other.processes
+        self.observed_nanos += other.observed_nanos
+        self.on_cpu_nanos += other.on_cpu_nanos
+        self.run_delay_nanos += other.run_delay_nanos
+        self.cpu_user_nanos += other.cpu_user_nanos
+        self.cpu_system_nanos += other.cpu_system_nanos
+        self.major_faults += other.major_faults
+        self.voluntary_switches += other.voluntary_switches
+        self.nonvoluntary_switches += other.nonvoluntary_switches
+        self.read_bytes += other.read_bytes
+        self.write_bytes += other.write_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in FIELD_NAMES}
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
+"""The eleven fields of SPEC §3, in order."""
+
+COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
+"""Every field but `processes`: the ones accumulated as `_total` counters."""
+
+REFUSAL_REASONS: tuple[str, ...] = (
+    "first_seen",
+    "pid_reused",
+    "counter_fell",
+    "unreadable",
+    "vanished",
+)
+"""Why a process contributed no delta in a pass (`procdelta_dropped_deltas_total{reason}`)."""

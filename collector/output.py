@@ -1,0 +1,101 @@
+"""`procdelta once` output: a table for a person at a node, or JSON for a program."""
+
+from __future__ import annotations
+
+import json
+
+from collector.engine import PassResult
+from collector.model import FIELD_NAMES
+
+
+def as_json(result: PassResult) -> str:
+    """A list of objects: the group's labels under "group", then the §3 fields by name."""
+    rows = []
+    for group, fields in result.ranked():
+        row: dict[str, object] = {"group": group.label_dict()}
+        row.update((name, getattr(fields, name)) for name in FIELD_NAMES)
+        rows.append(row)
+    return json.dumps(rows, indent=2)
+
+
+def _seconds(nanos: int) -> str:
+    seconds = nanos / 1e9
+    if seconds >= 100:
+        return f"{seconds:.0f}s"
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    if nanos >= 1_000_000:
+        return f"{nanos / 1e6:.1f}ms"
+    if nanos >= 1_000:
+        return f"{nanos / 1e3:.0f}µs"
+    return f"{nanos}ns"
+
+
+def _bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _count(value: int) -> str:
+    if value >= 10_000_000:
+        return f"{value / 1e6:.0f}M"
+    if value >= 10_000:
+        return f"{value / 1e3:.0f}k"
+    return str(value)
+
+
+def group_name(labels: dict[str, str]) -> str:
+    if "uid" in labels:
+        name = f"{labels['namespace']}/{labels['pod']}" if labels["pod"] else f"pod {labels['uid']}"
+        if labels.get("container") or labels.get("container_id"):
+            name += f" [{labels.get('container') or labels['container_id'][:12]}]"
+        return name
+    return labels["cgroup"]
+
+
+_COLUMNS = (
+    ("GROUP", None),
+    ("PROCS", "processes"),
+    ("OBSERVED", "observed_nanos"),
+    ("ON-CPU", "on_cpu_nanos"),
+    ("RUN-DELAY", "run_delay_nanos"),
+    ("USER", "cpu_user_nanos"),
+    ("SYSTEM", "cpu_system_nanos"),
+    ("MAJFLT", "major_faults"),
+    ("VOL-CS", "voluntary_switches"),
+    ("INVOL-CS", "nonvoluntary_switches"),
+    ("READ", "read_bytes"),
+    ("WRITE", "write_bytes"),
+)
+
+
+def _cell(field: str, value: int) -> str:
+    if field.endswith("_nanos"):
+        return _seconds(value)
+    if field.endswith("_bytes"):
+        return _bytes(value)
+    return _count(value)
+
+
+def as_table(result: PassResult, max_group_width: int = 60) -> str:
+    """One row per group, the biggest on-CPU consumers first, in human units."""
+    interval = "" if result.interval_ns is None else f" over {result.interval_ns / 1e9:.2f}s"
+    rows = []
+    for group, fields in result.ranked():
+        name = group_name(group.label_dict())
+        if len(name) > max_group_width:
+            name = "…" + name[-(max_group_width - 1) :]
+        rows.append([name] + [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f])
+    header = [title for title, _ in _COLUMNS]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [f"{len(rows)} groups{interval}; time is process-time (sums, not rates)"]
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,170 @@
+"""The guarded cache (SPEC §2): readings and an instant in, deltas and refusals out.
+
+Pure: no I/O, no clock of its own. Identity is (pid, start time), and each thread is
+guarded the same way by (tid, start time). Every PID a pass does not see is dropped,
+so the cache is bounded by the process table.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDelta:
+    """One process's contribution to an interval, with the reading it came from."""
+
+    reading: ProcessReading
+    fields: Fields
+    born: bool
+
+
+@dataclass(slots=True)
+class Advance:
+    """The outcome of one pass through the guard."""
+
+    deltas: list[ProcessDelta] = field(default_factory=list)
+    refused: Counter[str] = field(default_factory=Counter)
+    threads_refused: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    reading: ProcessReading
+    threads: dict[int, ThreadReading]
+
+
+def _thread_fell(new: ThreadReading, old: ThreadReading) -> bool:
+    return (
+        new.on_cpu_ns < old.on_cpu_ns
+        or new.run_delay_ns < old.run_delay_ns
+        or new.voluntary_switches < old.voluntary_switches
+        or new.nonvoluntary_switches < old.nonvoluntary_switches
+        or new.read_bytes < old.read_bytes
+        or new.write_bytes < old.write_bytes
+    )
+
+
+def _process_fell(new: ProcessReading, old: ProcessReading) -> bool:
+    return (
+        new.at_ns < old.at_ns
+        or new.utime_ticks < old.utime_ticks
+        or new.stime_ticks < old.stime_ticks
+        or new.major_faults < old.major_faults
+    )
+
+
+class Tracker:
+    """Keeps one reading per PID (and per TID within it) between passes.
+
+    `hz` is USER_HZ, the unit of start times and of utime/stime.
+    """
+
+    def __init__(self, hz: int):
+        self.hz = hz
+        self._cache: dict[int, _Entry] = {}
+        self._previous_listing_ns: int | None = None
+
+    @property
+    def tracked_processes(self) -> int:
+        return len(self._cache)
+
+    @property
+    def tracked_threads(self) -> int:
+        return sum(len(entry.threads) for entry in self._cache.values())
+
+    def _born_since_previous_pass(self, start_ticks: int, at_ns: int) -> bool:
+        """The birth rule: started after the previous pass began listing, so it is all new."""
+        previous = self._previous_listing_ns
+        if previous is None:
+            return False
+        start_ns = ticks_to_ns(start_ticks, self.hz)
+        return previous < start_ns <= at_ns
+
+    def advance(self, readings: Iterable[ProcessReading], listed_at_ns: int) -> Advance:
+        """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`."""
+        result = Advance()
+        cache: dict[int, _Entry] = {}
+        for reading in readings:
+            old = self._cache.get(reading.pid)
+            same_process = old is not None and old.reading.start_ticks == reading.start_ticks
+            old_threads = old.threads if (old is not None and same_process) else {}
+            thread_sum, threads = self._guard_threads(reading, old_threads, result)
+            cache[reading.pid] = _Entry(reading, threads)
+
+            if old is not None and same_process:
+                if _process_fell(reading, old.reading):
+                    result.refused["counter_fell"] += 1
+                    continue
+                base, born = old.reading, False
+            elif self._born_since_previous_pass(reading.start_ticks, reading.at_ns):
+                base, born = None, True
+            else:
+                result.refused["first_seen" if old is None else "pid_reused"] += 1
+                continue
+
+            hz = self.hz
+            if base is None:
+                observed = reading.at_ns - ticks_to_ns(reading.start_ticks, hz)
+                user, system, faults = (
+                    reading.utime_ticks,
+                    reading.stime_ticks,
+                    reading.major_faults,
+                )
+            else:
+                observed = reading.at_ns - base.at_ns
+                user = reading.utime_ticks - base.utime_ticks
+                system = reading.stime_ticks - base.stime_ticks
+                faults = reading.major_faults - base.major_faults
+            thread_sum.processes = 1
+            thread_sum.observed_nanos = observed
+            thread_sum.cpu_user_nanos = ticks_to_ns(user, hz)
+            thread_sum.cpu_system_nanos = ticks_to_ns(system, hz)
+            thread_sum.major_faults = faults
+            result.deltas.append(ProcessDelta(reading, thread_sum, born))
+        self._cache = cache
+        self._previous_listing_ns = listed_at_ns
+        return result
+
+    def _guard_threads(
+        self,
+        reading: ProcessReading,
+        old_threads: dict[int, ThreadReading],
+        result: Advance,
+    ) -> tuple[Fields, dict[int, ThreadReading]]:
+        """Σ of the per-thread deltas of one process, and its new thread cache."""
+        total = Fields()
+        threads: dict[int, ThreadReading] = {}
+        for thread in reading.threads:
+            threads[thread.tid] = thread
+            old = old_threads.get(thread.tid)
+            if old is not None and old.start_ticks == thread.start_ticks:
+                if _thread_fell(thread, old):
+                    result.threads_refused["counter_fell"] += 1
+                    continue
+            elif self._born_since_previous_pass(thread.start_ticks, reading.at_ns):
+                old = None
+            else:
+                result.threads_refused["first_seen" if old is None else "pid_reused"] += 1
+                continue
+            if old is None:
+                total.on_cpu_nanos += thread.on_cpu_ns
+                total.run_delay_nanos += thread.run_delay_ns
+                total.voluntary_switches += thread.voluntary_switches
+                total.nonvoluntary_switches += thread.nonvoluntary_switches
+                total.read_bytes += thread.read_bytes
+                total.write_bytes += thread.write_bytes
+            else:
+                total.on_cpu_nanos += thread.on_cpu_ns - old.on_cpu_ns
+                total.run_delay_nanos += thread.run_delay_ns - old.run_delay_ns
+                total.voluntary_switches += thread.voluntary_switches - old.voluntary_switches
+                total.nonvoluntary_switches += (
+                    thread.nonvoluntary_switches - old.nonvoluntary_switches
+                )
+                total.read_bytes += thread.read_bytes - old.read_bytes
+                total.write_bytes += thread.write_bytes - old.write_bytes
+        return total, threads
