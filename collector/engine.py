@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 from collector.aggregate import FootprintSums, Totals, group_pass
 from collector.groups import Group, Grouper
-from collector.model import Fields
+from collector.model import REFUSAL_REASONS, Fields
 from collector.reading import Reader
 from collector.tracker import Tracker
 
@@ -90,7 +90,7 @@ class Engine:
             intervals=MappingProxyType(grouped.intervals),
             footprints=MappingProxyType(grouped.footprints),
             totals=MappingProxyType(self.totals.snapshot()),
-            dropped=MappingProxyType(dict(dropped)),
+            dropped=MappingProxyType({reason: dropped[reason] for reason in REFUSAL_REASONS}),
             tracked_processes=self.tracker.tracked_processes,
             tracked_threads=self.tracker.tracked_threads,
             denied=readings.denied,

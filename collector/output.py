@@ -88,7 +88,8 @@ def as_table(result: PassResult, max_group_width: int = 60) -> str:
     for group, fields in result.ranked():
         name = group_name(group.label_dict())
         if len(name) > max_group_width:
-            name = "…" + name[-(max_group_width - 1) :]
+            keep = (max_group_width - 1) // 2
+            name = name[:keep] + "…" + name[-keep:]
         rows.append([name] + [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f])
     header = [title for title, _ in _COLUMNS]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

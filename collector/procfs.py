@@ -26,7 +26,8 @@ def _translate(error: OSError) -> ProcError:
 
 
 def _numeric_entries(path: str) -> list[int]:
-    return [int(name) for name in os.listdir(path) if name.isdigit()]
+    """The numeric entries of a directory, in ascending order (passes are reproducible)."""
+    return sorted(int(name) for name in os.listdir(path) if name.isdigit())
 
 
 class ProcFS:

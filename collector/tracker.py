@@ -93,7 +93,7 @@ class Tracker:
             old = self._cache.get(reading.pid)
             same_process = old is not None and old.reading.start_ticks == reading.start_ticks
             old_threads = old.threads if (old is not None and same_process) else {}
-            thread_sum, threads = self._guard_threads(reading, old_threads, result)
+            thread_sum, threads, thread_refusals = self._guard_threads(reading, old_threads)
             cache[reading.pid] = _Entry(reading, threads)
 
             if old is not None and same_process:
@@ -126,6 +126,7 @@ class Tracker:
             thread_sum.cpu_system_nanos = ticks_to_ns(system, hz)
             thread_sum.major_faults = faults
             result.deltas.append(ProcessDelta(reading, thread_sum, born))
+            result.threads_refused.update(thread_refusals)
         self._cache = cache
         self._previous_listing_ns = listed_at_ns
         return result
@@ -134,22 +135,23 @@ class Tracker:
         self,
         reading: ProcessReading,
         old_threads: dict[int, ThreadReading],
-        result: Advance,
-    ) -> tuple[Fields, dict[int, ThreadReading]]:
-        """Σ of the per-thread deltas of one process, and its new thread cache."""
+    ) -> tuple[Fields, dict[int, ThreadReading], Counter[str]]:
+        """Σ of the per-thread deltas of one process, its new thread cache, and the threads
+        refused (counted only when the process itself contributes)."""
         total = Fields()
+        refused: Counter[str] = Counter()
         threads: dict[int, ThreadReading] = {}
         for thread in reading.threads:
             threads[thread.tid] = thread
             old = old_threads.get(thread.tid)
             if old is not None and old.start_ticks == thread.start_ticks:
                 if _thread_fell(thread, old):
-                    result.threads_refused["counter_fell"] += 1
+                    refused["counter_fell"] += 1
                     continue
             elif self._born_since_previous_pass(thread.start_ticks, reading.at_ns):
                 old = None
             else:
-                result.threads_refused["first_seen" if old is None else "pid_reused"] += 1
+                refused["first_seen" if old is None else "pid_reused"] += 1
                 continue
             if old is None:
                 total.on_cpu_nanos += thread.on_cpu_ns
@@ -167,4 +169,4 @@ class Tracker:
                 )
                 total.read_bytes += thread.read_bytes - old.read_bytes
                 total.write_bytes += thread.write_bytes - old.write_bytes
-        return total, threads
+        return total, threads, refused

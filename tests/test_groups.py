@@ -1,0 +1,329 @@
+"""The cgroup catalogue: one real-looking `/proc/<pid>/cgroup` per kubelet layout."""
+
+import os
+
+import pytest
+
+from collector.groups import Grouper, PodNames, classify, strip_namespace_prefix
+
+UID = "6f1d3b0e-2c4a-4e8b-9a51-0c7d2e4f8a10"
+UID_ = UID.replace("-", "_")
+STATIC = "3c0f41c7e8f0b7e2a1d4c5b6a7980f12"  # a static pod: the config hash, 32 hex digits
+CID = "4b9e1c0d2a3f5e6d7c8b9a0f1e2d3c4b5a69788776655443322110ffeeddccbb"
+
+V1_CONTROLLERS = [
+    "12:pids:{p}",
+    "11:cpu,cpuacct:{p}",
+    "10:memory:{p}",
+    "9:blkio:{p}",
+    "1:name=systemd:{p}",
+    "0::/",
+]
+
+
+def v1(path: str) -> bytes:
+    return ("\n".join(line.format(p=path) for line in V1_CONTROLLERS) + "\n").encode()
+
+
+def v2(path: str) -> bytes:
+    return f"0::{path}\n".encode()
+
+
+POD_LAYOUTS = [
+    # (name, cgroup text, uid, qos, container id)
+    (
+        "v2 systemd containerd burstable",
+        v2(
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+            f"cri-containerd-{CID}.scope"
+        ),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "v2 systemd containerd besteffort",
+        v2(
+            f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/"
+            f"cri-containerd-{CID}.scope"
+        ),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "v2 systemd guaranteed, directly under kubepods",
+        v2(f"/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope"),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "v2 systemd CRI-O",
+        v2(
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+            f"crio-{CID}.scope"
+        ),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "v2 systemd CRI-O with crun's nested container cgroup",
+        v2(f"/kubepods.slice/kubepods-pod{UID_}.slice/crio-{CID}.scope/container"),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "v2 systemd Docker (cri-dockerd)",
+        v2(
+            f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/"
+            f"docker-{CID}.scope"
+        ),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "v2 cgroupfs burstable",
+        v2(f"/kubepods/burstable/pod{UID}/{CID}"),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "v2 cgroupfs guaranteed",
+        v2(f"/kubepods/pod{UID}/{CID}"),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "v1 cgroupfs besteffort (every controller)",
+        v1(f"/kubepods/besteffort/pod{UID}/{CID}"),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "v1 systemd containerd",
+        v1(
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+            f"cri-containerd-{CID}.scope"
+        ),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "v1 name=systemd form slice:runtime:id",
+        (
+            "11:cpu,cpuacct:/\n"
+            "1:name=systemd:/kubepods.slice/kubepods-burstable.slice/"
+            f"kubepods-burstable-pod{UID_}.slice:cri-containerd:{CID}\n"
+            "0::/\n"
+        ).encode(),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "static pod UID, systemd",
+        v2(
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/"
+            f"cri-containerd-{CID}.scope"
+        ),
+        STATIC,
+        "burstable",
+        CID,
+    ),
+    (
+        "static pod UID, cgroupfs guaranteed",
+        v1(f"/kubepods/pod{STATIC}/{CID}"),
+        STATIC,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "seen from another cgroup namespace (leading /..)",
+        v2(f"/../../kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope"),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "seen from another cgroup namespace, cgroupfs",
+        v2(f"/../../../kubepods/besteffort/pod{UID}/{CID}"),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "kind: nested kubelet, systemd",
+        v2(
+            "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+            f"kubelet-kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope"
+        ),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "kind: nested kubelet, guaranteed",
+        v2(
+            f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{UID_}.slice/"
+            f"cri-containerd-{CID}.scope"
+        ),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "kind: nested kubelet, cgroupfs",
+        v2(f"/kubelet/kubepods/burstable/pod{UID}/{CID}"),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "a process in the pod cgroup itself, no container below",
+        v2(f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"),
+        UID,
+        "burstable",
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "uid", "qos", "cid"),
+    [layout[1:] for layout in POD_LAYOUTS],
+    ids=[layout[0] for layout in POD_LAYOUTS],
+)
+def test_pod_layouts(text, uid, qos, cid):
+    classified = classify(text)
+    assert classified.pod is not None
+    assert (classified.pod.uid, classified.pod.qos, classified.pod.container_id) == (uid, qos, cid)
+
+
+NOT_PODS = [
+    (
+        "CRI-O conmon is the runtime's, systemd",
+        v2(
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+            f"crio-conmon-{CID}.scope"
+        ),
+        f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"crio-conmon-{CID}.scope",
+    ),
+    (
+        "CRI-O conmon is the runtime's, v1 cgroupfs",
+        v1(f"/kubepods/burstable/pod{UID}/crio-conmon-{CID}"),
+        f"/kubepods/burstable/pod{UID}/crio-conmon-{CID}",
+    ),
+    (
+        "host service, v2",
+        v2("/system.slice/containerd.service"),
+        "/system.slice/containerd.service",
+    ),
+    ("kubelet itself", v2("/system.slice/kubelet.service"), "/system.slice/kubelet.service"),
+    ("root cgroup", v2("/"), "/"),
+    (
+        "v1 host process: the cpu controller path",
+        v1("/system.slice/sshd.service"),
+        "/system.slice/sshd.service",
+    ),
+    (
+        "seen from another namespace",
+        v2("/../../system.slice/cron.service"),
+        "/system.slice/cron.service",
+    ),
+    ("namespace root seen from outside", v2("/.."), "/"),
+    (
+        "hybrid: v2 path wins over a root v1 cpu path",
+        b"11:cpu,cpuacct:/\n1:name=systemd:/user.slice\n0::/user.slice/session-1.scope\n",
+        "/user.slice/session-1.scope",
+    ),
+    (
+        "hybrid: v1 cpu path wins over a root v2 path",
+        b"11:cpu,cpuacct:/batch/job7\n1:name=systemd:/\n0::/\n",
+        "/batch/job7",
+    ),
+    ("a directory merely named like a pod", v2("/mypod/podcast"), "/mypod/podcast"),
+    ("a uid-shaped name outside the pod segment", v2(f"/data/{UID}"), f"/data/{UID}"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "cgroup"), [c[1:] for c in NOT_PODS], ids=[c[0] for c in NOT_PODS]
+)
+def test_non_pod_groups(text, cgroup):
+    classified = classify(text)
+    assert classified.pod is None
+    assert classified.cgroup == cgroup
+
+
+@pytest.mark.parametrize(
+    ("path", "stripped"),
+    [("/../../a/b", "/a/b"), ("/..", "/"), ("/a/..", "/a/.."), ("/..x/y", "/..x/y"), ("/", "/")],
+)
+def test_strip_namespace_prefix(path, stripped):
+    assert strip_namespace_prefix(path) == stripped
+
+
+@pytest.fixture
+def kubelet_logs(tmp_path):
+    pods = tmp_path / "pods"
+    containers = tmp_path / "containers"
+    pods.mkdir()
+    containers.mkdir()
+    (pods / f"shop_cart-7d9f_{UID}").mkdir()
+    (pods / f"kube-system_etcd-node1_{STATIC}").mkdir()
+    (pods / "not-a-pod-dir").mkdir()
+    (containers / f"cart-7d9f_shop_cart-api-{CID}.log").touch()
+    return PodNames(str(pods), str(containers))
+
+
+def test_pod_names_from_the_nodes_files(kubelet_logs):
+    kubelet_logs.refresh()
+    assert kubelet_logs.pod(UID).namespace == "shop"
+    assert kubelet_logs.pod(UID).name == "cart-7d9f"
+    assert kubelet_logs.pod(STATIC).name == "etcd-node1"
+    assert kubelet_logs.container(CID) == "cart-api"
+    assert kubelet_logs.pod("0" * 32) is None
+
+
+def test_grouper_labels(kubelet_logs):
+    kubelet_logs.refresh()
+    text = v2(f"/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope")
+    assert Grouper(kubelet_logs).group_of(text).label_dict() == {
+        "namespace": "shop",
+        "pod": "cart-7d9f",
+        "uid": UID,
+        "qos": "guaranteed",
+    }
+    per_container = Grouper(kubelet_logs, per_container=True).group_of(text).label_dict()
+    assert per_container["container"] == "cart-api"
+    assert per_container["container_id"] == CID
+    assert Grouper(kubelet_logs, pods_only=True).group_of(v2("/system.slice")) is None
+    assert Grouper(kubelet_logs).group_of(v2("/system.slice")).label_dict() == {
+        "cgroup": "/system.slice"
+    }
+
+
+def test_unknown_pod_still_exports_with_its_uid(kubelet_logs):
+    kubelet_logs.refresh()
+    other = "11111111-2222-3333-4444-555555555555"
+    labels = Grouper(kubelet_logs).group_of(v2(f"/kubepods/besteffort/pod{other}/{CID}"))
+    assert labels.label_dict() == {"namespace": "", "pod": "", "uid": other, "qos": "besteffort"}
+
+
+def test_pod_names_follow_changes(kubelet_logs, tmp_path):
+    kubelet_logs.refresh()
+    new_uid = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    (tmp_path / "pods" / f"web_front-1_{new_uid}").mkdir()
+    # mtime granularity can hide a change made in the same instant; make it visible.
+    os.utime(tmp_path / "pods", ns=(0, 1))
+    kubelet_logs.refresh()
+    assert kubelet_logs.pod(new_uid).name == "front-1"

@@ -1,0 +1,325 @@
+"""The guard as a table of passes: one row per pass, every rule of SPEC §2."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from collector.model import ProcessReading, ThreadReading
+from collector.tracker import Tracker
+
+HZ = 100
+TICK_NS = 10_000_000
+SEC = 1_000_000_000
+
+
+def thread(tid, start, cpu=0, delay=0, vol=0, invol=0, rd=0, wr=0) -> ThreadReading:
+    return ThreadReading(tid, start, cpu, delay, 0, vol, invol, rd, wr)
+
+
+def proc(pid, start, at, user=0, system=0, faults=0, threads=None) -> ProcessReading:
+    if threads is None:
+        threads = (thread(pid, start),)
+    return ProcessReading(
+        pid=pid,
+        comm="p",
+        start_ticks=start,
+        at_ns=at,
+        utime_ticks=user,
+        stime_ticks=system,
+        major_faults=faults,
+        rss_bytes=0,
+        cgroup=b"0::/\n",
+        threads=tuple(threads),
+    )
+
+
+@dataclass
+class Row:
+    """One pass: what it listed (and when), what each PID must yield, what is refused."""
+
+    why: str
+    listed_at: int
+    readings: list[ProcessReading]
+    deltas: dict[int, dict[str, int]]
+    refused: dict[str, int] = field(default_factory=dict)
+    threads_refused: dict[str, int] = field(default_factory=dict)
+    tracked: tuple[int, int] | None = None  # (processes, threads) after the pass
+
+
+# Pass k begins listing at k * 100 s; a start of 15_000 ticks is 150 s since boot.
+LIFE_OF_A_PID = [
+    Row(
+        "first sighting: no delta, and no birth rule on the first pass",
+        100 * SEC,
+        [proc(10, start=5_000, at=100 * SEC + 5, user=3, threads=[thread(10, 5_000, cpu=7)])],
+        deltas={},
+        refused={"first_seen": 1},
+        tracked=(1, 1),
+    ),
+    Row(
+        "same process again: delta of every counter, observed = between readings",
+        200 * SEC,
+        [
+            proc(
+                10,
+                5_000,
+                at=200 * SEC + 5,
+                user=5,
+                system=2,
+                faults=4,
+                threads=[thread(10, 5_000, cpu=100, delay=20, vol=3, invol=1, rd=4096, wr=512)],
+            )
+        ],
+        deltas={
+            10: dict(
+                processes=1,
+                observed_nanos=100 * SEC,
+                on_cpu_nanos=93,
+                run_delay_nanos=20,
+                cpu_user_nanos=2 * TICK_NS,
+                cpu_system_nanos=2 * TICK_NS,
+                major_faults=4,
+                voluntary_switches=3,
+                nonvoluntary_switches=1,
+                read_bytes=4096,
+                write_bytes=512,
+            )
+        },
+    ),
+    Row(
+        "PID reused by a process that started before the previous pass: no delta",
+        300 * SEC,
+        [proc(10, 15_000, at=300 * SEC, user=1, faults=9, threads=[thread(10, 15_000, cpu=9)])],
+        deltas={},
+        refused={"pid_reused": 1},
+    ),
+    Row(
+        "one field fell (major faults): the whole delta is dropped, no field clamped",
+        400 * SEC,
+        [
+            proc(10, 15_000, at=400 * SEC, user=50, faults=0, threads=[thread(10, 15_000, 99)]),
+        ],
+        deltas={},
+        refused={"counter_fell": 1},
+        tracked=(1, 1),
+    ),
+    Row(
+        "PID reused by a process born after the previous pass began listing: whole counters",
+        500 * SEC,
+        [
+            proc(
+                10,
+                start=45_000,
+                at=500 * SEC,
+                user=10,
+                system=1,
+                faults=2,
+                threads=[thread(10, 45_000, cpu=70, delay=5, vol=2, invol=3, rd=1, wr=2)],
+            )
+        ],
+        deltas={
+            10: dict(
+                processes=1,
+                observed_nanos=50 * SEC,
+                on_cpu_nanos=70,
+                run_delay_nanos=5,
+                cpu_user_nanos=10 * TICK_NS,
+                cpu_system_nanos=TICK_NS,
+                major_faults=2,
+                voluntary_switches=2,
+                nonvoluntary_switches=3,
+                read_bytes=1,
+                write_bytes=2,
+            )
+        },
+    ),
+    Row("the PID is gone: evicted", 600 * SEC, [], deltas={}, tracked=(0, 0)),
+    Row(
+        "it reappears: the cache forgot it, so first sighting again (not a delta over a gap)",
+        700 * SEC,
+        [proc(10, start=45_000, at=700 * SEC, user=90, threads=[thread(10, 45_000, 900)])],
+        deltas={},
+        refused={"first_seen": 1},
+    ),
+]
+
+
+THREADS = [
+    Row(
+        "two threads seen first",
+        100 * SEC,
+        [proc(20, 1_000, 100 * SEC, threads=[thread(20, 1_000, cpu=10), thread(21, 1_000, 10)])],
+        deltas={},
+        refused={"first_seen": 1},
+        tracked=(1, 2),
+    ),
+    Row(
+        "a thread born between passes contributes its whole counters",
+        200 * SEC,
+        [
+            proc(
+                20,
+                1_000,
+                200 * SEC,
+                threads=[
+                    thread(20, 1_000, cpu=15, vol=1),
+                    thread(21, 1_000, cpu=30, wr=100),
+                    thread(22, 15_000, cpu=1_000, delay=4, vol=5, invol=6, rd=7, wr=8),
+                ],
+            )
+        ],
+        deltas={
+            20: dict(
+                processes=1,
+                observed_nanos=100 * SEC,
+                on_cpu_nanos=5 + 20 + 1_000,
+                run_delay_nanos=4,
+                voluntary_switches=1 + 5,
+                nonvoluntary_switches=6,
+                read_bytes=7,
+                write_bytes=100 + 8,
+            )
+        },
+        tracked=(1, 3),
+    ),
+    Row(
+        "a thread that exits between passes loses its last interval; the process still counts",
+        300 * SEC,
+        [
+            proc(
+                20,
+                1_000,
+                300 * SEC,
+                threads=[
+                    thread(20, 1_000, cpu=16, vol=1),
+                    thread(22, 15_000, 1_002, 4, 5, 6, 7, 8),
+                ],
+            )
+        ],
+        deltas={20: dict(processes=1, observed_nanos=100 * SEC, on_cpu_nanos=1 + 2)},
+        tracked=(1, 2),
+    ),
+    Row(
+        "a thread whose counter fell is dropped alone; one that started before the previous "
+        "listing but was never seen yields nothing; the rest of the process counts",
+        400 * SEC,
+        [
+            proc(
+                20,
+                1_000,
+                400 * SEC,
+                user=3,
+                threads=[
+                    thread(20, 1_000, cpu=20, vol=2),
+                    thread(22, 15_000, cpu=2_000, delay=3, vol=5, invol=6, rd=7, wr=8),
+                    thread(23, 29_000, cpu=500),
+                ],
+            )
+        ],
+        deltas={
+            20: dict(
+                processes=1,
+                observed_nanos=100 * SEC,
+                on_cpu_nanos=4,
+                voluntary_switches=1,
+                cpu_user_nanos=3 * TICK_NS,
+            )
+        },
+        threads_refused={"counter_fell": 1, "first_seen": 1},
+        tracked=(1, 3),
+    ),
+    Row(
+        "a TID reused inside the process (new start time, born before the previous listing)",
+        500 * SEC,
+        [
+            proc(
+                20,
+                1_000,
+                500 * SEC,
+                user=3,
+                threads=[thread(20, 1_000, cpu=20, vol=2), thread(23, 35_000, cpu=1)],
+            )
+        ],
+        deltas={20: dict(processes=1, observed_nanos=100 * SEC)},
+        threads_refused={"pid_reused": 1},
+        tracked=(1, 2),
+    ),
+]
+
+BIRTHS = [
+    Row(
+        "a process already running at the first pass: no delta",
+        100 * SEC,
+        [proc(30, 9_000, 100 * SEC + 1, user=1)],
+        deltas={},
+        refused={"first_seen": 1},
+    ),
+    Row(
+        "born after the previous listing, never seen before: whole counters",
+        200 * SEC,
+        [
+            proc(30, 9_000, 200 * SEC, user=2),
+            proc(31, 10_001, 200 * SEC, user=4, system=1, threads=[thread(31, 10_001, cpu=50)]),
+        ],
+        deltas={
+            30: dict(processes=1, observed_nanos=100 * SEC - 1, cpu_user_nanos=TICK_NS),
+            31: dict(
+                processes=1,
+                observed_nanos=200 * SEC - 10_001 * TICK_NS,
+                on_cpu_nanos=50,
+                cpu_user_nanos=4 * TICK_NS,
+                cpu_system_nanos=TICK_NS,
+            ),
+        },
+    ),
+    Row(
+        "started exactly at the previous listing instant: not provably new, no delta",
+        300 * SEC,
+        [proc(32, 20_000, 300 * SEC, user=4)],
+        deltas={},
+        refused={"first_seen": 1},
+        tracked=(1, 1),
+    ),
+]
+
+
+@pytest.mark.parametrize("table", [LIFE_OF_A_PID, THREADS, BIRTHS], ids=["pid", "threads", "birth"])
+def test_guard_table(table):
+    tracker = Tracker(HZ)
+    for number, row in enumerate(table, 1):
+        result = tracker.advance(row.readings, row.listed_at)
+        got = {
+            d.reading.pid: {k: v for k, v in d.fields.as_dict().items() if v} for d in result.deltas
+        }
+        assert got == row.deltas, f"pass {number}: {row.why}"
+        assert result.refused == Counter(row.refused), f"pass {number}: {row.why}"
+        assert result.threads_refused == Counter(row.threads_refused), f"pass {number}: {row.why}"
+        if row.tracked is not None:
+            assert (tracker.tracked_processes, tracker.tracked_threads) == row.tracked, row.why
+
+
+def test_refused_process_still_caches_its_threads():
+    """A process-level refusal gives nothing, but its threads are cached for the next pass."""
+    tracker = Tracker(HZ)
+    tracker.advance([proc(40, 100, SEC, faults=5, threads=[thread(40, 100, cpu=1)])], SEC)
+    tracker.advance([proc(40, 100, 2 * SEC, faults=6, threads=[thread(40, 100, cpu=2)])], 2 * SEC)
+    fell = tracker.advance(
+        [proc(40, 100, 3 * SEC, faults=1, threads=[thread(40, 100, cpu=30)])], 3 * SEC
+    )
+    assert fell.deltas == [] and fell.refused == Counter(counter_fell=1)
+    after = tracker.advance(
+        [proc(40, 100, 4 * SEC, faults=2, threads=[thread(40, 100, cpu=34)])], 4 * SEC
+    )
+    assert [d.fields.on_cpu_nanos for d in after.deltas] == [4]
+    assert [d.fields.major_faults for d in after.deltas] == [1]
+
+
+def test_birth_never_yields_negative_observed_time():
+    """A start time after the reading instant (impossible on a sane host) is not a birth."""
+    tracker = Tracker(HZ)
+    tracker.advance([], SEC)
+    result = tracker.advance([proc(50, 500, 2 * SEC)], 2 * SEC)
+    assert result.deltas == [] and result.refused == Counter(first_seen=1)
