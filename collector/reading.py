@@ -62,8 +62,11 @@ class PassReadings:
     denied: int
 
 
-class _Unreadable(Exception):
+class Unreadable(ProcError):
+    """A process that could not be read whole; carries what was seen of it, if anything."""
+
     def __init__(self, footprint: Footprint | None, cause: ProcError):
+        super().__init__(str(cause))
         self.footprint = footprint
         self.cause = cause
 
@@ -93,7 +96,7 @@ class Reader:
             except ProcessGone:
                 vanished += 1
                 continue
-            except _Unreadable as error:
+            except Unreadable as error:
                 unreadable += 1
                 if isinstance(error.cause, AccessDenied):
                     denied += 1
@@ -116,7 +119,7 @@ class Reader:
         )
 
     def read_process(self, pid: int) -> ProcessReading:
-        """One process, whole. Raises ProcessGone, or _Unreadable with what was seen."""
+        """One process, whole. Raises ProcessGone, or Unreadable with what was seen."""
         procfs = self.procfs
         try:
             stat = parse_stat(procfs.process_file(pid, "stat"))
@@ -125,14 +128,14 @@ class Reader:
         except ProcessGone:
             raise
         except ProcError as error:
-            raise _Unreadable(None, error) from None
+            raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
             threads = self._read_threads(pid, stat.start_ticks)
         except ProcessGone:
             raise
         except ProcError as error:
-            raise _Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
+            raise Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
         if not threads:
             raise ProcessGone(f"pid {pid}: every thread exited mid-read")
         return ProcessReading(

@@ -1,0 +1,111 @@
+"""Real cgroups for the tests, laid out like kubelet's, and processes placed in them.
+
+The hierarchies are found in /proc/self/mountinfo. A missing hierarchy fails the test
+that needs it: these tests prove what fixtures cannot and must not silently skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORKLOAD = Path(__file__).parent / "workload.py"
+
+
+def mounts() -> dict[str, str]:
+    """{"v2": mount point of cgroup2, "cpu": mount point of the v1 cpu controller}."""
+    found: dict[str, str] = {}
+    with open("/proc/self/mountinfo") as mountinfo:
+        for line in mountinfo:
+            before, _, after = line.partition(" - ")
+            point = before.split()[4]
+            fstype, _source, options = after.split()[:3]
+            if fstype == "cgroup2":
+                found.setdefault("v2", point)
+            elif fstype == "cgroup" and "cpu" in options.split(","):
+                found.setdefault("cpu", point)
+    return found
+
+
+def hierarchy(kind: str) -> str:
+    point = mounts().get(kind)
+    assert point is not None, f"no cgroup {kind} hierarchy mounted: these tests need one (as root)"
+    return point
+
+
+@contextlib.contextmanager
+def cgroup(kind: str, relative: str):
+    """Create `<mount>/<relative>` (and its parents); on exit empty and remove what we made."""
+    root = hierarchy(kind)
+    created: list[str] = []
+    path = root
+    for part in relative.strip("/").split("/"):
+        path = os.path.join(path, part)
+        if not os.path.isdir(path):
+            os.mkdir(path)
+            created.append(path)
+    try:
+        yield path
+    finally:
+        for made in reversed(created):
+            _evict(made, root)
+            for _ in range(50):
+                try:
+                    os.rmdir(made)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+def _evict(path: str, root: str) -> None:
+    """Kill what is left in a cgroup we made, and move any survivor to the root."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as procs:
+            pids = [int(p) for p in procs.read().split()]
+    except OSError:
+        return
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError), open(os.path.join(root, "cgroup.procs"), "w") as out:
+            out.write(str(pid))
+
+
+class Workload:
+    """tests/workload.py started inside a cgroup (before its first instruction runs)."""
+
+    def __init__(self, cgroup_path: str, *args: str):
+        procs = os.path.join(cgroup_path, "cgroup.procs")
+        command = f'echo $$ > "{procs}" && exec "{sys.executable}" "{WORKLOAD}" ' + " ".join(args)
+        self.process = subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        ready = self.process.stdout.readline().split()
+        assert ready and ready[0] == "ready", f"workload did not start: {ready}"
+        self.pid = int(ready[1])
+
+    def ask(self, command: str) -> str:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline().strip()
+        assert answer, f"workload died answering {command!r}"
+        return answer
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+    def __enter__(self) -> Workload:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,116 @@
+"""The command line as a user meets it: a real process, its stdout, stderr and exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixturetree import CONTAINER_LOGS, PASS1, POD_LOGS
+
+
+def procdelta(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode != 0
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--path.procfs", "/nonexistent"], ["--path.procfs", "/nonexistent"]),
+        (["--path.procfs", str(POD_LOGS)], ["not a proc filesystem"]),
+        (["--interval", "0"], ["--interval", "> 0"]),
+        (["--interval", "-3"], ["--interval"]),
+        (["--interval", "soon"], ["--interval"]),
+        (["--format", "xml"], ["--format"]),
+        (["--log.level", "loud"], ["--log.level"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, words):
+    assert_one_line_error(procdelta("once", *args), *words)
+
+
+def test_unknown_command_is_one_clear_line():
+    assert_one_line_error(procdelta("twice"), "twice")
+
+
+def test_an_empty_directory_is_not_a_proc_filesystem(tmp_path):
+    (tmp_path / "notes").mkdir()
+    assert_one_line_error(procdelta("once", "--path.procfs", str(tmp_path)), "not a proc")
+
+
+def test_options_from_the_environment():
+    result = procdelta(
+        "once",
+        "--format",
+        "json",
+        env={
+            "PROCDELTA_INTERVAL": "0.01",
+            "PROCDELTA_PATH_PROCFS": str(PASS1),
+            "PROCDELTA_PATH_POD_LOGS": str(POD_LOGS),
+            "PROCDELTA_PATH_CONTAINER_LOGS": str(CONTAINER_LOGS),
+            "PROCDELTA_PODS_ONLY": "true",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    groups = [row["group"] for row in json.loads(result.stdout)]
+    assert groups and all("uid" in group for group in groups)
+    assert {"namespace": "shop", "pod": "cart-7d9f"}.items() <= groups[0].items() or any(
+        g.get("pod") == "cart-7d9f" for g in groups
+    )
+
+
+def test_env_interval_is_validated_too():
+    assert_one_line_error(procdelta("once", env={"PROCDELTA_INTERVAL": "0"}), "> 0")
+
+
+def test_once_on_this_machine_prints_every_field():
+    result = procdelta("once", "--interval", "0.2", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows, "this machine has processes, so at least one group"
+    for row in rows:
+        assert list(row)[1:] == [
+            "processes",
+            "observed_nanos",
+            "on_cpu_nanos",
+            "run_delay_nanos",
+            "cpu_user_nanos",
+            "cpu_system_nanos",
+            "major_faults",
+            "voluntary_switches",
+            "nonvoluntary_switches",
+            "read_bytes",
+            "write_bytes",
+        ]
+        assert all(isinstance(v, int) and v >= 0 for v in list(row.values())[1:])
+
+
+def test_table_is_the_default():
+    result = procdelta("once", "--interval", "0.2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split()[:4] == ["GROUP", "PROCS", "OBSERVED", "ON-CPU"]
+
+
+def test_help_and_version():
+    assert procdelta("--help").returncode == 0
+    version = procdelta("--version")
+    assert version.returncode == 0 and "procdelta" in version.stdout

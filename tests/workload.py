@@ -1,0 +1,108 @@
+"""A controllable workload for the kernel-truth tests, driven by lines on stdin.
+
+    python workload.py --busy 4 --sleepers 2
+
+Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
+parallel); sleeper threads sleep 1 ms in a loop and count their sleeps. Commands:
+
+    count           print the total number of sleeps done so far
+    fork            fork a child that waits for orders; print its PID
+    write PATH N    the child writes N bytes to PATH with fsync; print "written"
+    reap            the child exits and this process reaps it; print "reaped"
+    exit            stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import threading
+import time
+
+sleeps = [0]
+stop = threading.Event()
+
+
+def busy() -> None:
+    buffer = os.urandom(1 << 20)
+    while not stop.is_set():
+        hashlib.sha256(buffer).digest()
+
+
+def sleeper(index: int) -> None:
+    count = 0
+    while not stop.is_set():
+        time.sleep(0.001)
+        count += 1
+        sleeps[index] = count
+
+
+def child_loop(orders: int, acks: int) -> None:
+    with os.fdopen(orders, "r") as commands:
+        for line in commands:
+            parts = line.split()
+            if parts[0] == "write":
+                path, size = parts[1], int(parts[2])
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                chunk = os.urandom(1 << 20)
+                written = 0
+                while written < size:
+                    written += os.write(fd, chunk[: size - written])
+                os.fsync(fd)
+                os.close(fd)
+                os.write(acks, b"written\n")
+            elif parts[0] == "exit":
+                break
+    os._exit(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--busy", type=int, default=0)
+    parser.add_argument("--sleepers", type=int, default=0)
+    args = parser.parse_args()
+    sleeps[:] = [0] * args.sleepers
+    threads = [threading.Thread(target=busy, daemon=True) for _ in range(args.busy)]
+    threads += [
+        threading.Thread(target=sleeper, args=(i,), daemon=True) for i in range(args.sleepers)
+    ]
+    for thread in threads:
+        thread.start()
+    child = None
+    print(f"ready {os.getpid()}", flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "count":
+            print(sum(sleeps), flush=True)
+        elif parts[0] == "fork":
+            orders_r, orders_w = os.pipe()
+            acks_r, acks_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(orders_w)
+                os.close(acks_r)
+                child_loop(orders_r, acks_w)
+            os.close(orders_r)
+            os.close(acks_w)
+            child = (pid, os.fdopen(orders_w, "w"), os.fdopen(acks_r, "r"))
+            print(pid, flush=True)
+        elif parts[0] == "write":
+            child[1].write(line)
+            child[1].flush()
+            print(child[2].readline().strip(), flush=True)
+        elif parts[0] == "reap":
+            child[1].write("exit\n")
+            child[1].flush()
+            os.waitpid(child[0], 0)
+            print("reaped", flush=True)
+        elif parts[0] == "exit":
+            break
+    stop.set()
+
+
+if __name__ == "__main__":
+    main()
