@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from collector import __version__
 from collector.aggregate import Totals
 from collector.engine import Engine, PassResult
 from collector.groups import Grouper, PodNames
+from collector.privileges import own_missing_capabilities
 from collector.procfs import ProcFS
 from collector.reading import Reader, boottime_ns
 from collector.tracker import Tracker
@@ -136,11 +139,20 @@ def build_engine(
     return Engine(reader, tracker, grouper, Totals())
 
 
-def run_once(engine: Engine, interval: float, sleep: Callable[[float], None]) -> PassResult:
+def run_once(
+    engine: Engine,
+    interval: float,
+    sleep: Callable[[float], None],
+    run_pass: Callable[[], PassResult | None] | None = None,
+) -> PassResult:
     """Two passes `interval` seconds apart; the second one's result."""
-    engine.run_pass()
+    run_pass = run_pass or engine.run_pass
+    run_pass()
     sleep(interval)
-    return engine.run_pass()
+    result = run_pass()
+    if result is None:
+        raise click.ClickException("the pass over the proc filesystem failed; see the log")
+    return result
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -162,19 +174,106 @@ def cli() -> None:
 @_option(
     "--format",
     "output_format",
-    type=click.Choice(("table", "json")),
+    type=click.Choice(("table", "json", "prometheus")),
     default="table",
     show_default=True,
-    help="Output: a table for a person, or JSON.",
+    help="Output: a table for a person, JSON, or the /metrics exposition.",
 )
 @shared_options
 def once(options: Options, interval: float, output_format: str) -> None:
     """Two passes INTERVAL seconds apart, then print the interval of every group."""
     from collector import output
+    from collector.exporter import PassLoop
 
-    result = run_once(build_engine(options), interval, time.sleep)
+    engine = build_engine(options)
+    if output_format == "prometheus":
+        loop = PassLoop(engine, interval)
+        run_once(engine, interval, time.sleep, run_pass=loop.run_pass)
+        click.echo(loop.snapshot().text, nl=False)
+        return
+    result = run_once(engine, interval, time.sleep)
     text = output.as_json(result) if output_format == "json" else output.as_table(result)
     click.echo(text)
+
+
+@cli.command()
+@_option(
+    "--interval",
+    "interval",
+    type=float,
+    default=15.0,
+    show_default=True,
+    callback=_positive_interval,
+    help="Seconds between passes.",
+)
+@_option(
+    "--web.listen-address",
+    "listen_address",
+    default=":9746",
+    show_default=True,
+    help="Address to serve on: host:port, [v6]:port, or :port for every interface.",
+)
+@_option(
+    "--web.telemetry-path",
+    "telemetry_path",
+    default="/metrics",
+    show_default=True,
+    help="Path under which to expose metrics.",
+)
+@shared_options
+def serve(options: Options, interval: float, listen_address: str, telemetry_path: str) -> None:
+    """Pass every INTERVAL seconds in the background; serve /metrics and /healthz."""
+    from collector.exporter import ListenAddressError, PassLoop, make_server
+
+    if not telemetry_path.startswith("/") or telemetry_path in ("/", "/healthz"):
+        raise click.ClickException(
+            f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
+            "/ and /healthz"
+        )
+    loop = PassLoop(build_engine(options), interval)
+    try:
+        server = make_server(listen_address, loop, telemetry_path)
+    except ListenAddressError as error:
+        raise click.ClickException(f"--web.listen-address {error}") from None
+    host, port = server.server_address[:2]
+    log.info(
+        "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d telemetry_path=%s "
+        "procfs=%s pod_logs=%s container_logs=%s per_container=%s pods_only=%s",
+        __version__,
+        interval,
+        listen_address,
+        host,
+        port,
+        telemetry_path,
+        options.procfs,
+        options.pod_logs,
+        options.container_logs,
+        options.per_container,
+        options.pods_only,
+    )
+    missing = own_missing_capabilities()
+    if missing:
+        log.warning(
+            "running without %s: /proc/<pid>/io of processes owned by other users (or holding "
+            "privileges this one lacks) cannot be read, and those processes contribute no "
+            "delta; run as root, or grant %s (Kubernetes: securityContext.capabilities.add)",
+            " and ".join(missing),
+            ", ".join(name.removeprefix("CAP_") for name in missing),
+        )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    loop.start()
+    serving = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True
+    )
+    serving.start()
+    while not stop.wait(0.5):
+        pass
+    log.info("stopping")
+    server.shutdown()
+    server.server_close()
+    loop.stop(timeout=0.5)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -189,4 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(0)
+    except Exception as error:  # a bug: one line for the user, the trace for --log.level debug
+        log.debug("unexpected error", exc_info=True)
+        click.echo(f"procdelta: error: {type(error).__name__}: {error}", err=True)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,335 @@
+"""Serving: passes in the background, one immutable snapshot at a time, HTTP for scrapes.
+
+A pass builds a complete snapshot — the `/metrics` page already rendered in both
+formats — and swaps it in under a lock. A scrape only reads the current snapshot: it
+never waits for a pass and never advances the cache.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import html
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import generate_latest as client_text
+from prometheus_client.openmetrics.exposition import generate_latest as client_openmetrics
+
+from collector import __version__
+from collector.aggregate import FootprintSums
+from collector.engine import Engine, PassResult
+from collector.exposition import (
+    OPENMETRICS_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    SelfState,
+    build_families,
+    render_openmetrics,
+    render_text,
+)
+from collector.groups import Group
+from collector.model import Fields
+
+log = logging.getLogger(__name__)
+
+HEALTHY_INTERVALS = 3
+"""/healthz fails when the last completed pass is older than this many intervals."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One published state: the rendered page and what /healthz needs. Never mutated."""
+
+    text: bytes
+    openmetrics: bytes  # without the closing `# EOF`: the live families follow it
+    passes: int
+    completed_at: float | None  # monotonic instant of the pass, None before the first
+    _gzip: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    _gzip_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def gzipped(self, kind: str) -> bytes:
+        """The page compressed once per snapshot, on the first scrape that asks for it."""
+        with self._gzip_lock:
+            body = self._gzip.get(kind)
+            if body is None:
+                raw = self.text if kind == "text" else self.openmetrics
+                body = self._gzip[kind] = gzip.compress(raw, compresslevel=6)
+            return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Data:
+    """The per-group part of the last good pass, kept to re-render after a failed one."""
+
+    intervals: Mapping[Group, Fields] = field(default_factory=dict)
+    totals: Mapping[Group, Mapping[str, int]] = field(default_factory=dict)
+    footprints: Mapping[Group, FootprintSums] = field(default_factory=dict)
+
+
+class PassLoop:
+    """Runs passes of an `Engine` every `interval` seconds and publishes snapshots."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
+        version: str = __version__,
+    ):
+        self.engine = engine
+        self.interval = interval
+        self.monotonic = monotonic
+        self._state = SelfState(version=version)
+        self._data = _Data()
+        self._dropped: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._snapshot = self._render(completed_at=None)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned_denied = False
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._snapshot
+
+    def healthy(self) -> tuple[bool, str]:
+        snapshot = self.snapshot()
+        if snapshot.completed_at is None:
+            return False, "no pass has completed yet"
+        age = self.monotonic() - snapshot.completed_at
+        if age > HEALTHY_INTERVALS * self.interval:
+            return False, f"last pass completed {age:.1f}s ago (interval {self.interval:g}s)"
+        return True, f"ok: {snapshot.passes} passes, last {age:.1f}s ago"
+
+    def run_pass(self) -> PassResult | None:
+        """One pass, published. A failed pass is logged and counted, never raised."""
+        try:
+            result = self.engine.run_pass()
+        except Exception as error:  # a pass must never take the collector down
+            log.error("pass failed: %s", error, exc_info=log.isEnabledFor(logging.DEBUG))
+            self._state = replace(self._state, failed_passes=self._state.failed_passes + 1)
+            self._publish(self._render(completed_at=self.snapshot().completed_at))
+            return None
+        self._dropped.update(result.dropped)
+        self._state = replace(
+            self._state,
+            passes=self._state.passes + 1,
+            dropped=MappingProxyType(dict(self._dropped)),
+            durations=self._state.durations.observe(result.duration_seconds),
+            interval_seconds=None if result.interval_ns is None else result.interval_ns / 1e9,
+            last_pass_timestamp=result.finished_at,
+            tracked_processes=result.tracked_processes,
+            tracked_threads=result.tracked_threads,
+        )
+        self._data = _Data(result.intervals, result.totals, result.footprints)
+        self._publish(self._render(completed_at=self.monotonic()))
+        if result.denied and not self._warned_denied:
+            self._warned_denied = True
+            log.info(
+                "%d processes refused a read (permission denied); each pass counts them in "
+                'procdelta_dropped_deltas_total{reason="unreadable"}',
+                result.denied,
+            )
+        return result
+
+    def _render(self, completed_at: float | None) -> Snapshot:
+        data = self._data
+        families = build_families(data.intervals, data.totals, data.footprints, self._state)
+        return Snapshot(
+            text=render_text(families),
+            openmetrics=render_openmetrics(families, eof=False),
+            passes=self._state.passes,
+            completed_at=completed_at,
+        )
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="passes", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        next_at = self.monotonic()
+        while not self._stop.is_set():
+            self.run_pass()
+            next_at += self.interval
+            now = self.monotonic()
+            if next_at < now:  # the pass overran (or the process was stopped): skip the slots
+                next_at = now + self.interval - (now - next_at) % self.interval
+            self._stop.wait(next_at - now)
+
+
+def _live_registry() -> CollectorRegistry:
+    """The collector's own process and runtime metrics, read at scrape time."""
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Content negotiation as Prometheus does it: OpenMetrics only when asked for."""
+    if not accept:
+        return False
+    return any(
+        part.split(";")[0].strip() == "application/openmetrics-text" for part in accept.split(",")
+    )
+
+
+LANDING = """<!DOCTYPE html>
+<html><head><title>procdelta</title></head>
+<body><h1>procdelta</h1>
+<p>Per-pod process counters for Prometheus, with deltas taken on the node. Version {version}.</p>
+<ul>
+<li><a href="{path}">{path}</a> — metrics</li>
+<li><a href="/healthz">/healthz</a> — health</li>
+</ul>
+</body></html>
+"""
+
+
+class MetricsHandler(BaseHTTPRequestHandler):
+    """Serves the current snapshot; configured through the server it belongs to."""
+
+    server: MetricsServer
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle or stalled client holds only its own thread, and not forever
+
+    def do_GET(self) -> None:
+        self._handle(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._handle(send_body=False)
+
+    def _handle(self, send_body: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == self.server.telemetry_path:
+            content_type, body, encoding = self._metrics()
+            self._reply(200, content_type, body, send_body, encoding)
+        elif path == "/healthz":
+            ok, reason = self.server.loop.healthy()
+            self._reply(
+                200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode(), send_body
+            )
+        elif path == "/":
+            page = LANDING.format(version=__version__, path=html.escape(self.server.telemetry_path))
+            self._reply(200, "text/html; charset=utf-8", page.encode(), send_body)
+        else:
+            self._reply(404, "text/plain; charset=utf-8", b"not found\n", send_body)
+
+    def _metrics(self) -> tuple[str, bytes, str | None]:
+        snapshot = self.server.loop.snapshot()
+        openmetrics = wants_openmetrics(self.headers.get("Accept"))
+        gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
+        if openmetrics:
+            live = client_openmetrics(self.server.live)
+            head = snapshot.gzipped("openmetrics") if gzip_ok else snapshot.openmetrics
+            content_type = OPENMETRICS_CONTENT_TYPE
+        else:
+            live = client_text(self.server.live)
+            head = snapshot.gzipped("text") if gzip_ok else snapshot.text
+            content_type = TEXT_CONTENT_TYPE
+        if gzip_ok:
+            # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
+            return content_type, head + gzip.compress(live, compresslevel=1), "gzip"
+        return content_type, head + live, None
+
+    def _reply(
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        send_body: bool,
+        encoding: str | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """A thread per connection, so that a stalled client never blocks the others."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple, family: int, loop: PassLoop, telemetry_path: str):
+        self.address_family = family
+        self.loop = loop
+        self.telemetry_path = telemetry_path
+        self.live = _live_registry()
+        super().__init__(address, MetricsHandler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+class ListenAddressError(ValueError):
+    """A `--web.listen-address` that is malformed, unresolvable or cannot be bound."""
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """`host:port`, `[v6]:port` or `:port` (every interface)."""
+    if address.startswith("["):
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise ListenAddressError(f"malformed address {address!r}: want [host]:port")
+        port_text = rest[1:]
+    else:
+        host, colon, port_text = address.rpartition(":")
+        if not colon or ":" in host:
+            raise ListenAddressError(f"malformed address {address!r}: want host:port or :port")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ListenAddressError(f"malformed address {address!r}: bad port {port_text!r}")
+    return host, int(port_text)
+
+
+def make_server(address: str, loop: PassLoop, telemetry_path: str) -> MetricsServer:
+    """Bind the HTTP server now, so that a bad address fails before anything starts."""
+    host, port = parse_listen_address(address)
+    if host == "":
+        candidates = [(socket.AF_INET6, ("::", port)), (socket.AF_INET, ("0.0.0.0", port))]
+        if not socket.has_ipv6:
+            candidates = candidates[1:]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as error:
+            raise ListenAddressError(f"{address}: {error.strerror}") from None
+        candidates = [(info[0], info[4][:2]) for info in infos]
+    last_error: OSError | None = None
+    for family, bind_to in candidates:
+        try:
+            return MetricsServer(bind_to, family, loop, telemetry_path)
+        except OSError as error:
+            last_error = error
+            if error.errno != errno.EAFNOSUPPORT:  # no such family here: try the next one
+                break
+    reason = last_error.strerror if last_error else "cannot bind"
+    raise ListenAddressError(f"{address}: {reason}")
