@@ -112,7 +112,7 @@ def build_families(
             Family(
                 f"procdelta_interval_{name}",
                 "gauge",
-                f"{_FIELD_HELP[name]} in the last completed interval.",
+                f"{_FIELD_HELP[name]}; the last completed interval.",
                 _group_samples((g, getattr(intervals[g], name)) for g in interval_groups),
             )
         )
@@ -122,7 +122,7 @@ def build_families(
             Family(
                 f"procdelta_{name}",
                 "counter",
-                f"{_FIELD_HELP[name]}, accumulated since the collector started.",
+                f"{_FIELD_HELP[name]}; accumulated since the collector started.",
                 _group_samples(((g, totals[g][name]) for g in total_groups), "_total"),
             )
         )

@@ -1,0 +1,193 @@
+"""End to end: a real Prometheus scrapes `procdelta serve` watching a real busy pod.
+
+Debian's `prometheus` is started on a free loopback port with a temporary config and
+stopped by the test; a missing binary fails the test, it does not skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.cgroups import Workload, cgroup
+from tests.promtools import binary
+
+pytestmark = pytest.mark.kernel
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read()
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            last = check()
+            if last:
+                return last
+        time.sleep(0.25)
+    raise AssertionError(f"{what} not within {timeout}s (last: {last!r})")
+
+
+class Prometheus:
+    """A throwaway Prometheus server on loopback, scraping the given targets every second."""
+
+    def __init__(self, directory: Path, targets: list[str]):
+        self.port = free_port()
+        config = directory / "prometheus.yml"
+        config.write_text(
+            "global:\n"
+            "  scrape_interval: 1s\n"
+            "  evaluation_interval: 1s\n"
+            "scrape_configs:\n"
+            "  - job_name: procdelta\n"
+            "    static_configs:\n"
+            f"      - targets: {json.dumps(targets)}\n"
+        )
+        self.log = open(directory / "prometheus.log", "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(lambda: http_get(f"{self.url}/-/ready"), 60, "prometheus ready")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def query(self, promql: str) -> list[dict]:
+        body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        answer = json.loads(body)
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def busy_pod(tmp_path):
+    uid = str(uuid.uuid4())
+    cid = uuid.uuid4().hex * 2
+    (tmp_path / "pods" / f"e2e_busy-pod_{uid}").mkdir(parents=True)
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / f"busy-pod_e2e_burner-{cid}.log").touch()
+    path = (
+        "kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
+    )
+    with cgroup("v2", path) as cgroup_path, Workload(cgroup_path, "--busy", "3", "--sleepers", "1"):
+        yield tmp_path, uid
+
+
+@pytest.fixture
+def collector(busy_pod):
+    logs, uid = busy_pod
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collector",
+            "serve",
+            "--interval",
+            "1",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--path.pod-logs",
+            str(logs / "pods"),
+            "--path.container-logs",
+            str(logs / "containers"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz"), 30, "procdelta healthy")
+        yield f"127.0.0.1:{port}", uid
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def prometheus(tmp_path, collector):
+    target, _ = collector
+    server = Prometheus(tmp_path, [target])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_prometheus_scrapes_and_queries(prometheus, collector):
+    _, uid = collector
+    pod = f'namespace="e2e",pod="busy-pod",uid="{uid}"'
+
+    up = wait_until(lambda: prometheus.query('up{job="procdelta"} == 1'), 30, "target up")
+    assert len(up) == 1
+
+    # Counters, with rate() over them: three busy threads on two cores, ~2 cores used.
+    wait_until(
+        lambda: prometheus.query(
+            f"count_over_time(procdelta_on_cpu_nanos_total{{{pod}}}[6s]) >= 5"
+        ),
+        40,
+        "five scrapes of the pod's on-CPU counter",
+    )
+    cores = prometheus.query(f"rate(procdelta_on_cpu_nanos_total{{{pod}}}[5s]) / 1e9")
+    assert len(cores) == 1
+    assert cores[0]["metric"]["qos"] == "burstable"
+    assert 1.0 < float(cores[0]["value"][1]) < 2.5
+
+    # Interval gauges, divided at query time: the share of the pod's time spent waiting.
+    delay = f"procdelta_interval_run_delay_nanos{{{pod}}}"
+    on_cpu = f"procdelta_interval_on_cpu_nanos{{{pod}}}"
+    starvation = prometheus.query(f"{delay} / ({delay} + {on_cpu})")
+    assert len(starvation) == 1
+    assert 0.05 < float(starvation[0]["value"][1]) < 0.95
+
+    per_observed = prometheus.query(
+        f"procdelta_interval_run_delay_nanos{{{pod}}} / procdelta_interval_observed_nanos{{{pod}}}"
+    )
+    assert len(per_observed) == 1 and float(per_observed[0]["value"][1]) > 0
+
+    switches = prometheus.query(f"rate(procdelta_voluntary_switches_total{{{pod}}}[5s])")
+    assert len(switches) == 1 and float(switches[0]["value"][1]) > 100  # the 1 ms sleeper
+
+    passes = prometheus.query("rate(procdelta_passes_total[5s])")
+    assert len(passes) == 1 and 0.5 < float(passes[0]["value"][1]) < 1.5
+
+    build = prometheus.query("procdelta_build_info")
+    assert len(build) == 1 and build[0]["metric"]["version"]

@@ -1,0 +1,89 @@
+"""The /metrics page: the fixture tree's page compared whole, linted, parsed in both formats.
+
+Rewrite the golden page after an intended change with
+`python -m pytest tests/test_exposition.py --update-golden`, and review the diff.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from collector.cli import run_once
+from collector.exporter import PassLoop
+from collector.exposition import Family, render_openmetrics, render_text
+from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
+from tests.fixturetree import FixtureRun
+from tests.promtools import check_metrics
+from tests.test_golden import check_golden
+
+
+def fixture_page() -> PassLoop:
+    run = FixtureRun()
+    loop = PassLoop(run.engine, interval=10.0, monotonic=lambda: 5.0, version="golden")
+    run_once(run.engine, 10.0, run.sleep, run_pass=loop.run_pass)
+    return loop
+
+
+def test_metrics_page_golden(update_golden):
+    check_golden("metrics.prom", fixture_page().snapshot().text.decode(), update_golden)
+
+
+def test_metrics_page_passes_promtool():
+    result = check_metrics(fixture_page().snapshot().text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == b"" and result.stderr == b""
+
+
+def test_every_family_of_the_spec_with_its_type():
+    families = {f.name: f for f in parse_text(fixture_page().snapshot().text.decode())}
+    expected = {f"procdelta_interval_{name}": "gauge" for name in FIELD_NAMES}
+    expected |= {f"procdelta_{name}": "counter" for name in COUNTER_FIELD_NAMES}
+    expected |= {
+        "procdelta_footprint_processes": "gauge",
+        "procdelta_footprint_threads": "gauge",
+        "procdelta_footprint_rss_bytes": "gauge",
+        "procdelta_interval_seconds": "gauge",
+        "procdelta_last_pass_timestamp_seconds": "gauge",
+        "procdelta_pass_duration_seconds": "histogram",
+        "procdelta_passes": "counter",
+        "procdelta_dropped_deltas": "counter",
+        "procdelta_tracked_processes": "gauge",
+        "procdelta_tracked_threads": "gauge",
+        "procdelta_build_info": "gauge",
+    }
+    for name, kind in expected.items():
+        assert name in families, name
+        assert families[name].type == kind, name
+    reasons = {s.labels["reason"] for s in families["procdelta_dropped_deltas"].samples}
+    assert reasons >= {"first_seen", "pid_reused", "counter_fell", "unreadable"}
+    # the fixture's pass 2: every pod and cgroup group with a delta has interval series
+    pods = {s.labels.get("pod") for s in families["procdelta_interval_processes"].samples}
+    assert {"cart-7d9f", "nginx-0", "etcd-node1", ""} <= pods
+
+
+def test_openmetrics_page_parses_strictly():
+    snapshot = fixture_page().snapshot()
+    families = {f.name: f for f in parse_om((snapshot.openmetrics + b"# EOF\n").decode())}
+    assert families["procdelta_passes"].samples[0].value == 2
+    text = {f.name: f for f in parse_text(snapshot.text.decode())}
+    assert set(families) == set(text)
+
+
+def test_values_are_exact_integers_past_float_precision():
+    big = 2**63 + 1
+    family = Family("procdelta_on_cpu_nanos", "counter", "x", (("_total", (("pod", "p"),), big),))
+    assert f'procdelta_on_cpu_nanos_total{{pod="p"}} {big}\n'.encode() in render_text([family])
+    assert f"{big}".encode() in render_openmetrics([family])
+
+
+def test_label_values_are_escaped():
+    family = Family(
+        "x", "gauge", 'help "with" \\ and\nnewline', (("", (("cgroup", 'a"b\\c\nd'),), 1),)
+    )
+    page = render_text([family])
+    assert b'x{cgroup="a\\"b\\\\c\\nd"} 1\n' in page
+    (parsed,) = parse_text(page.decode())
+    assert parsed.samples[0].labels["cgroup"] == 'a"b\\c\nd'
+    (parsed_om,) = parse_om(render_openmetrics([family]).decode())
+    assert parsed_om.samples[0].labels["cgroup"] == 'a"b\\c\nd'

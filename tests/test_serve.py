@@ -1,0 +1,288 @@
+"""`serve`: snapshots swapped atomically, scrapes that never wait, health, signals, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import MappingProxyType
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from collector.engine import PassResult
+from collector.exporter import PassLoop, make_server, parse_listen_address, wants_openmetrics
+from collector.groups import Group
+from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
+from tests.fixturetree import PASS1
+from tests.promtools import check_metrics
+from tests.test_cli import assert_one_line_error
+
+
+class CountingEngine:
+    """An engine whose pass N reports the value N in every series of 50 groups."""
+
+    def __init__(self, groups: int = 50):
+        self.passes = 0
+        self.groups = [Group("cgroup", (("cgroup", f"/g{i}"),)) for i in range(groups)]
+
+    def run_pass(self) -> PassResult:
+        self.passes += 1
+        n = self.passes
+        fields = Fields(**{name: n for name in FIELD_NAMES})
+        return PassResult(
+            number=n,
+            listed_at_ns=n,
+            interval_ns=1,
+            duration_seconds=0.001,
+            finished_at=1.0,
+            intervals=MappingProxyType(dict.fromkeys(self.groups, fields)),
+            footprints=MappingProxyType({}),
+            totals=MappingProxyType(
+                {g: dict.fromkeys(COUNTER_FIELD_NAMES, n) for g in self.groups}
+            ),
+            dropped=MappingProxyType({"first_seen": 0}),
+            tracked_processes=n,
+            tracked_threads=n,
+            denied=0,
+        )
+
+
+@contextlib.contextmanager
+def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[tuple[str, int]]:
+    server = make_server("127.0.0.1:0", loop, path)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server.server_address[:2]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def get(address, path, headers=None) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection(*address, timeout=10)
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+# Every series of these families equals N on the page of CountingEngine's pass N.
+PASS_NUMBERED = (
+    {f"procdelta_interval_{name}" for name in FIELD_NAMES}
+    | {f"procdelta_{name}" for name in COUNTER_FIELD_NAMES}
+    | {"procdelta_passes", "procdelta_tracked_processes", "procdelta_tracked_threads"}
+)
+
+
+def test_every_scrape_is_one_consistent_snapshot_while_passes_run():
+    loop = PassLoop(CountingEngine(), interval=0.005)
+    loop.start()
+    failures: list[str] = []
+    seen_passes: set[int] = set()
+
+    def scraper() -> None:
+        for _ in range(60):
+            status, _, body = get(address, "/metrics")
+            if status != 200:
+                failures.append(f"status {status}")
+                continue
+            values = {
+                sample.value
+                for family in parse_text(body.decode())
+                if family.name in PASS_NUMBERED
+                for sample in family.samples
+            }
+            if len(values) != 1:
+                failures.append(f"mixed passes in one scrape: {sorted(values)[:5]}")
+            seen_passes.update(values)
+
+    try:
+        with serving(loop) as address:
+            threads = [threading.Thread(target=scraper) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    finally:
+        loop.stop()
+    assert failures == []
+    assert len(seen_passes) > 5, "passes ran while the scrapes did"
+
+
+def test_a_scrape_never_advances_the_cache():
+    engine = CountingEngine()
+    loop = PassLoop(engine, interval=60)
+    loop.run_pass()
+    with serving(loop) as address:
+        for _ in range(5):
+            assert get(address, "/metrics")[0] == 200
+    assert engine.passes == 1
+
+
+def test_content_negotiation_gzip_and_routes():
+    loop = PassLoop(CountingEngine(groups=3), interval=60)
+    loop.run_pass()
+    with serving(loop, "/custom") as address:
+        status, headers, body = get(address, "/custom")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        result = check_metrics(body)
+        assert result.returncode == 0, result.stdout + result.stderr
+        status, headers, body = get(
+            address, "/custom", {"Accept": "application/openmetrics-text;version=1.0.0,*/*;q=0.1"}
+        )
+        assert headers["Content-Type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+        status, headers, body = get(address, "/custom", {"Accept-Encoding": "gzip"})
+        assert headers["Content-Encoding"] == "gzip"
+        plain = gzip.decompress(body)
+        assert b"procdelta_passes_total 1" in plain and b"process_cpu_seconds_total" in plain
+        assert get(address, "/")[0] == 200 and b'href="/custom"' in get(address, "/")[2]
+        assert get(address, "/metrics")[0] == 404
+        assert get(address, "/healthz")[0] == 200
+
+
+def test_health_follows_the_passes():
+    now = [100.0]
+    loop = PassLoop(CountingEngine(groups=1), interval=10, monotonic=lambda: now[0])
+    assert loop.healthy()[0] is False  # no pass yet
+    loop.run_pass()
+    assert loop.healthy()[0] is True
+    now[0] += 29
+    assert loop.healthy()[0] is True
+    now[0] += 2  # older than three intervals
+    ok, reason = loop.healthy()
+    assert ok is False and "ago" in reason
+
+
+class FailingEngine(CountingEngine):
+    def run_pass(self) -> PassResult:
+        if self.passes == 1:
+            self.passes += 1
+            raise OSError("proc vanished")
+        return super().run_pass()
+
+
+def test_a_failed_pass_is_counted_and_keeps_the_last_page():
+    loop = PassLoop(FailingEngine(groups=1), interval=10)
+    loop.run_pass()
+    assert loop.run_pass() is None
+    page = loop.snapshot().text
+    assert b"procdelta_failed_passes_total 1" in page
+    assert b'procdelta_interval_processes{cgroup="/g0"} 1' in page
+    loop.run_pass()
+    assert b"procdelta_passes_total 2" in loop.snapshot().text
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [(":9746", ("", 9746)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:80", ("::1", 80))],
+)
+def test_listen_address_forms(address, parsed):
+    assert parse_listen_address(address) == parsed
+
+
+def test_wants_openmetrics():
+    assert wants_openmetrics("application/openmetrics-text; version=1.0.0")
+    assert not wants_openmetrics("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+    assert not wants_openmetrics(None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_process(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(address, path="/healthz", timeout=20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            if get(address, path)[0] == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} not healthy within {timeout}s")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_it_cleanly_within_a_second(signum):
+    port = free_port()
+    process = serve_process("--interval", "0.5", "--web.listen-address", f"127.0.0.1:{port}")
+    try:
+        wait_for(("127.0.0.1", port))
+        began = time.monotonic()
+        process.send_signal(signum)
+        process.wait(timeout=5)
+        elapsed = time.monotonic() - began
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0
+    assert elapsed < 1.0
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr and "starting procdelta" in stderr
+
+
+def run_serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_listen_address_in_use():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_serve("--web.listen-address", f"127.0.0.1:{port}")
+    assert_one_line_error(result, "--web.listen-address", "in use")
+
+
+@pytest.mark.parametrize(
+    "address", ["9746", "localhost", ":http", "[::1", "1.2.3.4:99999", "a:b:c"]
+)
+def test_listen_address_malformed(address):
+    assert_one_line_error(run_serve("--web.listen-address", address), "--web.listen-address")
+
+
+def test_listen_address_unresolvable():
+    result = run_serve("--web.listen-address", "no-such-host.invalid:9746")
+    assert_one_line_error(result, "--web.listen-address")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--interval", "0"], ["--interval"]),
+        (["--interval", "-1"], ["--interval"]),
+        (["--path.procfs", "/etc"], ["--path.procfs", "not a proc filesystem"]),
+        (["--path.procfs", os.path.join(str(PASS1), "100", "stat")], ["--path.procfs"]),
+        (["--web.telemetry-path", "metrics"], ["--web.telemetry-path"]),
+    ],
+)
+def test_bad_input_one_line(args, words):
+    assert_one_line_error(run_serve("--web.listen-address", "127.0.0.1:0", *args), *words)
