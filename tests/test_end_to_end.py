@@ -6,46 +6,20 @@ stopped by the test; a missing binary fails the test, it does not skip.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.cgroups import Workload, cgroup
+from tests.net import free_port, http_get, wait_until
 from tests.promtools import binary
 
 pytestmark = pytest.mark.kernel
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.read()
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            last = check()
-            if last:
-                return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what} not within {timeout}s (last: {last!r})")
 
 
 class Prometheus:

@@ -23,6 +23,7 @@ from collector.exporter import PassLoop, make_server, parse_listen_address, want
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
 from tests.fixturetree import PASS1
+from tests.net import free_port, wait_until
 from tests.promtools import check_metrics
 from tests.test_cli import assert_one_line_error
 
@@ -200,12 +201,6 @@ def test_wants_openmetrics():
     assert not wants_openmetrics(None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve_process(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "collector", "serve", *args],
@@ -215,22 +210,12 @@ def serve_process(*args: str) -> subprocess.Popen:
     )
 
 
-def wait_for(address, path="/healthz", timeout=20.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with contextlib.suppress(OSError):
-            if get(address, path)[0] == 200:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} not healthy within {timeout}s")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly_within_a_second(signum):
     port = free_port()
     process = serve_process("--interval", "0.5", "--web.listen-address", f"127.0.0.1:{port}")
     try:
-        wait_for(("127.0.0.1", port))
+        wait_until(lambda: get(("127.0.0.1", port), "/healthz")[0] == 200, 20, "healthy")
         began = time.monotonic()
         process.send_signal(signum)
         process.wait(timeout=5)
