@@ -276,6 +276,29 @@ def serve(options: Options, interval: float, listen_address: str, telemetry_path
     loop.stop(timeout=0.5)
 
 
+@cli.command()
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=3),
+    default=15,
+    show_default=True,
+    help="Interleaved rounds per table.",
+)
+@click.option(
+    "--pause",
+    type=float,
+    default=0.3,
+    show_default=True,
+    help="Seconds between rounds (busy threads move meanwhile).",
+)
+@click.option("--quick", is_flag=True, help="Only the N=200 tables; no RSS run.")
+def bench(rounds: int, pause: float, quick: bool) -> None:
+    """Measure a pass against the naive floor on synthetic process tables (needs root)."""
+    from collector import bench as benchmark
+
+    benchmark.run(rounds, pause, quick, click.echo)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: click's errors become one line on stderr and a non-zero exit."""
     try:

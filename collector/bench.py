@@ -1,0 +1,330 @@
+"""`procdelta bench`: what a pass costs, as ratios to a naive reader measured in the same run.
+
+For each synthetic process table (collector/synthetic.py) it measures, interleaved over
+rounds: (a) procdelta's pass; (b) the naive floor, a lean reader of every file a full
+pass needs (`stat` and `cgroup` per process; `schedstat`, `status` and `io` per thread)
+with minimal parsing; (c) where Debian's prometheus-process-exporter is installed, its
+CPU per scrape of the same table. Medians; ratios to (b). Then the RSS of a real
+`procdelta serve` and the latency of `/metrics` with 1000 groups while passes run.
+Machines are noisy: read the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import psutil
+
+from collector.cli import Options, build_engine
+from collector.engine import PassResult
+from collector.groups import Group
+from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 8192)
+    finally:
+        os.close(fd)
+
+
+def naive_pass(root: str = "/proc") -> tuple[int, int]:
+    """The floor: every file a full pass needs, read once, split into fields. (procs, threads)"""
+    processes = threads = 0
+    for name in os.listdir(root):
+        if not name.isdigit():
+            continue
+        base = f"{root}/{name}"
+        try:
+            stat = _read(f"{base}/stat")
+            stat[stat.rfind(b")") + 2 :].split()
+            _read(f"{base}/cgroup").split(b"\n")
+            for tid in os.listdir(f"{base}/task"):
+                task = f"{base}/task/{tid}"
+                _read(f"{task}/schedstat").split()
+                _read(f"{task}/status").split(b"\n")
+                _read(f"{task}/io").split(b"\n")
+                threads += 1
+        except OSError:
+            continue
+        processes += 1
+    return processes, threads
+
+
+@dataclass
+class Sample:
+    cpu: float
+    wall: float
+
+
+def _measure(action: Callable[[], object]) -> Sample:
+    cpu, wall = time.process_time(), time.perf_counter()
+    action()
+    return Sample(time.process_time() - cpu, time.perf_counter() - wall)
+
+
+def _thread_cpu_ns(pid: int) -> int:
+    """On-CPU ns of every thread of another process, from its schedstat files."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            total += int(_read(f"/proc/{pid}/task/{tid}/schedstat").split()[0])
+    return total
+
+
+@contextlib.contextmanager
+def synthetic_table(processes: int, mode: str, share: float = 0.1, threads: int = 20):
+    table = subprocess.Popen(
+        [sys.executable, "-m", "collector.synthetic", str(processes), str(share),
+         str(threads), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        if table.stdout.readline().strip() != "ready":
+            raise RuntimeError("the synthetic table did not start")
+        yield table
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(table.pid, signal.SIGKILL)
+        table.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and _task_count() > _BASELINE_TASKS + 50:
+            time.sleep(0.1)
+
+
+def _task_count() -> int:
+    return int(_read("/proc/loadavg").split()[3].split(b"/")[1])
+
+
+_BASELINE_TASKS = _task_count()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def process_exporter() -> Iterator[tuple[int, int] | None]:
+    """Debian's prometheus-process-exporter, default options, every process by name."""
+    binary = shutil.which("prometheus-process-exporter")
+    if binary is None:
+        yield None
+        return
+    directory = tempfile.mkdtemp(prefix="procdelta-bench-")
+    config = os.path.join(directory, "config.yml")
+    with open(config, "w") as out:
+        out.write("process_names:\n  - name: '{{.Comm}}'\n    cmdline: ['.+']\n")
+    port = _free_port()
+    exporter = subprocess.Popen(
+        [binary, "-config.path", config, "-web.listen-address", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                _scrape(port)
+                break
+            time.sleep(0.1)
+        yield exporter.pid, port
+    finally:
+        exporter.kill()
+        exporter.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _scrape(port: int, path: str = "/metrics") -> bytes:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().read()
+    finally:
+        connection.close()
+
+
+@dataclass
+class TableResult:
+    name: str
+    processes: int
+    threads: int
+    procdelta: Sample
+    naive: Sample
+    exporter_cpu: float | None
+
+
+def bench_table(name: str, processes: int, mode: str, rounds: int, pause: float) -> TableResult:
+    options = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
+    with synthetic_table(processes, mode), process_exporter() as exporter:
+        engine = build_engine(options)
+        for _ in range(2):  # warm: the cache holds the table, as in a running collector
+            engine.run_pass()
+            time.sleep(pause)
+        ours: list[Sample] = []
+        naive: list[Sample] = []
+        exporter_cpu: list[float] = []
+        seen = (0, 0)
+        for round_ in range(rounds):
+            time.sleep(pause)
+            steps: list[Callable[[], None]] = [
+                lambda: ours.append(_measure(engine.run_pass)),
+                lambda: naive.append(_measure(naive_pass)),
+            ]
+            if round_ % 2:
+                steps.reverse()
+            for step in steps:
+                step()
+            if exporter is not None:
+                before = _thread_cpu_ns(exporter[0])
+                _scrape(exporter[1])
+                exporter_cpu.append((_thread_cpu_ns(exporter[0]) - before) / 1e9)
+            seen = naive_pass()
+    return TableResult(
+        name,
+        seen[0],
+        seen[1],
+        Sample(statistics.median(s.cpu for s in ours), statistics.median(s.wall for s in ours)),
+        Sample(statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)),
+        statistics.median(exporter_cpu) if exporter_cpu else None,
+    )
+
+
+def serve_rss(processes: int, passes: int = 4) -> float:
+    """RSS (MB) of a real `procdelta serve` after some passes over a synthetic table."""
+    with synthetic_table(processes, "idle"):
+        port = _free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "collector", "serve", "--interval", "0.5",
+             "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"],
+        )  # fmt: skip
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                with contextlib.suppress(OSError):
+                    page = _scrape(port)
+                    count = [
+                        line
+                        for line in page.split(b"\n")
+                        if line.startswith(b"procdelta_passes_total")
+                    ]
+                    if count and int(count[0].split()[1]) >= passes:
+                        break
+                time.sleep(0.2)
+            return psutil.Process(server.pid).memory_info().rss / 1e6
+        finally:
+            server.terminate()
+            server.wait()
+
+
+class SyntheticEngine:
+    """An engine that reports `groups` pod groups every pass, for the /metrics latency test."""
+
+    def __init__(self, groups: int):
+        self.groups = [
+            Group("pod", (("namespace", f"ns{i % 20}"), ("pod", f"pod-{i}"),
+                          ("uid", f"{i:08d}-0000-4000-8000-000000000000"), ("qos", "burstable")))
+            for i in range(groups)
+        ]  # fmt: skip
+        self.passes = 0
+
+    def run_pass(self) -> PassResult:
+        self.passes += 1
+        fields = Fields(**{name: 10**9 + self.passes for name in FIELD_NAMES})
+        totals = {g: dict.fromkeys(COUNTER_FIELD_NAMES, 10**12 + self.passes) for g in self.groups}
+        return PassResult(
+            number=self.passes, listed_at_ns=0, interval_ns=10**9, duration_seconds=0.01,
+            finished_at=time.time(), intervals=MappingProxyType(dict.fromkeys(self.groups, fields)),
+            footprints=MappingProxyType({}), totals=MappingProxyType(totals),
+            dropped=MappingProxyType({}), tracked_processes=0, tracked_threads=0, denied=0,
+        )  # fmt: skip
+
+
+def metrics_latency(groups: int = 1000, scrapes: int = 300, interval: float = 0.25) -> list[float]:
+    """Latency (ms) of scrapes of /metrics with `groups` groups while passes run."""
+    import threading
+
+    from collector.exporter import PassLoop, make_server
+
+    loop = PassLoop(SyntheticEngine(groups), interval)
+    loop.run_pass()
+    server = make_server("127.0.0.1:0", loop, "/metrics")
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    loop.start()
+    port = server.server_address[1]
+    latencies = []
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for _ in range(scrapes):
+            began = time.perf_counter()
+            connection.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            connection.getresponse().read()
+            latencies.append((time.perf_counter() - began) * 1000)
+        connection.close()
+    finally:
+        loop.stop()
+        server.shutdown()
+        server.server_close()
+    return latencies
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
+    tables = [
+        ("default N=1000", 1000, "idle"),
+        ("busy N=1000", 1000, "busy"),
+        ("default N=200", 200, "idle"),
+        ("busy N=200", 200, "busy"),
+    ]
+    if quick:
+        tables = [("default N=200", 200, "idle"), ("busy N=200", 200, "busy")]
+    echo(f"{rounds} interleaved rounds per table, medians; 10% of processes have 20 threads.")
+    echo("cpu = user+system CPU of one pass; ratios are to the naive floor (b) of the same run.")
+    header = (
+        f"{'table':<15} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
+        f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'p-e ms':>8} {'p-e ratio':>9}"
+    )
+    echo(header)
+    for name, processes, mode in tables:
+        result = bench_table(name, processes, mode, rounds, pause)
+        ours, naive = result.procdelta, result.naive
+        exporter = (
+            f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
+            if result.exporter_cpu is not None
+            else f"{'-':>8} {'-':>9}"
+        )
+        echo(
+            f"{name:<15} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
+            f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
+            f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
+            f"{ours.cpu / naive.cpu:6.2f} {exporter}"
+        )
+    if not quick:
+        echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
+    latencies = metrics_latency()
+    echo(
+        f"/metrics with 1000 groups while passes run: p50 {_percentile(latencies, 0.5):.2f} ms, "
+        f"p99 {_percentile(latencies, 0.99):.2f} ms over {len(latencies)} scrapes"
+    )
