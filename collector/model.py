@@ -1,8 +1,14 @@
-"""Typed readings, the interval fields, and the error types shared by every layer."""
+"""Typed readings, the interval fields, and the error types shared by every layer.
+
+Readings are NamedTuples: immutable like frozen dataclasses, and built in a quarter of
+the time (a frozen dataclass sets each field through `object.__setattr__`), which
+counts when a pass builds several per thread.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 NANOS_PER_SECOND = 1_000_000_000
 
@@ -34,8 +40,7 @@ class Malformed(ProcError):
         self.text = text
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
+class Stat(NamedTuple):
     """The fields of `/proc/<pid>/stat` that procdelta uses."""
 
     pid: int
@@ -49,8 +54,7 @@ class Stat:
     rss_pages: int
 
 
-@dataclass(frozen=True, slots=True)
-class SchedStat:
+class SchedStat(NamedTuple):
     """`/proc/<pid>/task/<tid>/schedstat`: on-CPU ns, run-queue wait ns, timeslices."""
 
     on_cpu_ns: int
@@ -58,24 +62,21 @@ class SchedStat:
     timeslices: int
 
 
-@dataclass(frozen=True, slots=True)
-class Switches:
+class Switches(NamedTuple):
     """The context-switch lines of `status`."""
 
     voluntary: int
     nonvoluntary: int
 
 
-@dataclass(frozen=True, slots=True)
-class IOBytes:
+class IOBytes(NamedTuple):
     """The storage lines of `io` (`read_bytes`, `write_bytes`; never `rchar`/`wchar`)."""
 
     read_bytes: int
     write_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupLine:
+class CgroupLine(NamedTuple):
     """One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:path`."""
 
     hierarchy: int
@@ -83,8 +84,7 @@ class CgroupLine:
     path: str
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadReading:
+class ThreadReading(NamedTuple):
     """One thread's counters, all monotonic over the thread's life."""
 
     tid: int
@@ -98,8 +98,7 @@ class ThreadReading:
     write_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessReading:
+class ProcessReading(NamedTuple):
     """One process read whole: `stat` at instant `at_ns` (CLOCK_BOOTTIME), its cgroup, threads."""
 
     pid: int

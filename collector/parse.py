@@ -6,8 +6,6 @@ exactly; none touches the filesystem.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from collector.model import CgroupLine, IOBytes, Malformed, SchedStat, Stat, Switches
 
 # Field N of proc(5)'s stat list sits at index N - 3 once the line is cut after `comm`.
@@ -65,47 +63,61 @@ def parse_start_ticks(data: bytes) -> int:
 def parse_schedstat(data: bytes) -> SchedStat:
     """`schedstat`: on-CPU ns, run-delay ns, timeslices (Documentation/scheduler/sched-stats)."""
     parts = data.split()
-    if len(parts) != 3:
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()):
         raise Malformed("schedstat", data)
-    return SchedStat(
-        on_cpu_ns=_natural(parts[0], "schedstat", data),
-        run_delay_ns=_natural(parts[1], "schedstat", data),
-        timeslices=_natural(parts[2], "schedstat", data),
-    )
+    return SchedStat(int(parts[0]), int(parts[1]), int(parts[2]))
 
 
-def _keyed_lines(data: bytes, keys: Iterable[bytes], what: str) -> dict[bytes, int]:
-    """Values of `key:<whitespace>number` lines, for exactly the keys asked for."""
-    wanted = set(keys)
-    found: dict[bytes, int] = {}
-    for line in data.splitlines():
-        key, sep, value = line.partition(b":")
-        if sep and key in wanted:
-            found[key] = _natural(value.strip(), what, data)
-    if len(found) != len(wanted):
+def _line_value(data: bytes, key: bytes, what: str) -> int:
+    """The number on the line `<key><whitespace>number`; `key` starts with a newline, so
+    that it matches a whole key at a line start (not the tail of a longer key)."""
+    start = data.find(key)
+    if start < 0:
+        if not data.startswith(key[1:]):
+            raise Malformed(what, data)
+        start = -1
+    start += len(key)
+    end = data.find(b"\n", start)
+    value = data[start:end].strip() if end >= 0 else data[start:].strip()
+    if not value.isdigit():
         raise Malformed(what, data)
-    return found
-
-
-_SWITCH_KEYS = (b"voluntary_ctxt_switches", b"nonvoluntary_ctxt_switches")
+    return int(value)
 
 
 def parse_status_switches(data: bytes) -> Switches:
     """The two context-switch lines of `status`; every other line is ignored."""
-    found = _keyed_lines(data, _SWITCH_KEYS, "status")
+    # Fast path: on every kernel that has them they are the file's last two lines.
+    tail = data[data.rfind(b"\nvoluntary_ctxt_switches:") + 1 :].split()
+    if (
+        len(tail) == 4
+        and tail[0] == b"voluntary_ctxt_switches:"
+        and tail[2] == b"nonvoluntary_ctxt_switches:"
+        and tail[1].isdigit()
+        and tail[3].isdigit()
+    ):
+        return Switches(int(tail[1]), int(tail[3]))
     return Switches(
-        voluntary=found[b"voluntary_ctxt_switches"],
-        nonvoluntary=found[b"nonvoluntary_ctxt_switches"],
+        _line_value(data, b"\nvoluntary_ctxt_switches:", "status"),
+        _line_value(data, b"\nnonvoluntary_ctxt_switches:", "status"),
     )
-
-
-_IO_KEYS = (b"read_bytes", b"write_bytes")
 
 
 def parse_io(data: bytes) -> IOBytes:
     """`read_bytes` and `write_bytes` of `io`: storage traffic, not `rchar`/`wchar`."""
-    found = _keyed_lines(data, _IO_KEYS, "io")
-    return IOBytes(read_bytes=found[b"read_bytes"], write_bytes=found[b"write_bytes"])
+    # Fast path: the kernel's fixed layout, rchar wchar syscr syscw read_bytes write_bytes …
+    tokens = data.split()
+    if (
+        len(tokens) >= 12
+        and tokens[8] == b"read_bytes:"
+        and tokens[10] == b"write_bytes:"
+        and tokens[9].isdigit()
+        and tokens[11].isdigit()
+    ):
+        return IOBytes(int(tokens[9]), int(tokens[11]))
+    return IOBytes(
+        _line_value(data, b"\nread_bytes:", "io"),
+        _line_value(data, b"\nwrite_bytes:", "io"),
+    )
 
 
 def parse_cgroup(data: bytes) -> tuple[CgroupLine, ...]:

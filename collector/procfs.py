@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 from collector.model import AccessDenied, ProcError, ProcessGone
 
@@ -23,6 +24,27 @@ def _translate(error: OSError) -> ProcError:
     if error.errno in _DENIED:
         return AccessDenied(str(error))
     return ProcError(str(error))
+
+
+def _read_whole(path: str) -> bytes:
+    """The bytes of one file, OS errors translated."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        raise _translate(error) from None
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if len(data) < _READ_SIZE:
+            # A short read is the whole file, for a rendered proc file and a plain one alike.
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as error:
+        raise _translate(error) from None
+    finally:
+        os.close(fd)
 
 
 def _numeric_entries(path: str) -> list[int]:
@@ -47,6 +69,32 @@ class ProcFS:
         except OSError as error:
             raise _translate(error) from None
 
+    def threads(self, pid: int) -> list[tuple[int, int]]:
+        """(tid, inode of `task/<tid>`) for each thread of `pid`, from one directory read.
+
+        The kernel gives each `task/<tid>` directory a fresh inode number when it creates
+        it and removes the entry when the thread is released, so a TID listed with the
+        same inode number as in an earlier pass is the same thread, not a reuse of its
+        number (a changed number only means the entry was made anew: read again).
+        """
+        try:
+            with os.scandir(f"{self.root}/{pid}/task") as entries:
+                found = [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+        except OSError as error:
+            raise _translate(error) from None
+        found.sort()
+        return found
+
+    def thread_reader(self, pid: int) -> Callable[[int, str], bytes]:
+        """A reader of `task/<tid>/<name>` files of `pid`, for the per-thread hot loop."""
+        prefix = f"{self.root}/{pid}/task/"
+        read = _read_whole
+
+        def read_thread_file(tid: int, name: str) -> bytes:
+            return read(f"{prefix}{tid}/{name}")
+
+        return read_thread_file
+
     def read(self, relative: str) -> bytes:
         """The bytes of `<root>/<relative>`, e.g. `read("42/stat")`."""
         return self._read(f"{self.root}/{relative}")
@@ -59,20 +107,4 @@ class ProcFS:
 
     @staticmethod
     def _read(path: str) -> bytes:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as error:
-            raise _translate(error) from None
-        try:
-            data = os.read(fd, _READ_SIZE)
-            if len(data) < _READ_SIZE:
-                # A short read is the whole file, for a rendered proc file and a plain one alike.
-                return data
-            chunks = [data]
-            while chunk := os.read(fd, _READ_SIZE):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        except OSError as error:
-            raise _translate(error) from None
-        finally:
-            os.close(fd)
+        return _read_whole(path)

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from collector.model import (
     AccessDenied,
@@ -40,8 +41,7 @@ def boottime_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-@dataclass(frozen=True, slots=True)
-class Footprint:
+class Footprint(NamedTuple):
     """What a pass saw of a process, delta or not: its cgroup, threads and resident memory."""
 
     pid: int
@@ -62,6 +62,21 @@ class PassReadings:
     denied: int
 
 
+class _ThreadSeen(NamedTuple):
+    """What a pass saw of a thread: its directory's inode, raw schedstat, and reading."""
+
+    ino: int
+    schedstat: bytes
+    reading: ThreadReading
+
+
+class _Seen(NamedTuple):
+    """What a pass saw of a process, kept for the next pass to read less."""
+
+    reading: ProcessReading
+    threads: dict[int, _ThreadSeen]
+
+
 class Unreadable(ProcError):
     """A process that could not be read whole; carries what was seen of it, if anything."""
 
@@ -71,28 +86,60 @@ class Unreadable(ProcError):
         self.cause = cause
 
 
+_new = tuple.__new__
+
+CGROUP_REVALIDATE_PASSES = 8
+"""A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
+
+
 class Reader:
-    """Reads every process of a `ProcFS`, stamping each reading with `clock()`."""
+    """Reads every process of a `ProcFS`, stamping each reading with `clock()`.
+
+    Incremental by default: it keeps the previous pass's readings and reads less where
+    the kernel's counters prove nothing changed, with results identical to a full read:
+
+    * A thread listed under the same `task/<tid>` inode as last pass is the same thread
+      (see `ProcFS.threads`): its start time is known, its `stat` is not read again.
+    * A thread whose schedstat (on-CPU time and run count) did not move has not run, so
+      its context switches and I/O bytes cannot have moved (they are counted only in the
+      thread's own context): its `status` and `io` are not read again.
+    * A process's `cgroup` is read at its first two sightings (a new process may be moved
+      into its container's cgroup just after it starts) and then every
+      `CGROUP_REVALIDATE_PASSES` passes, staggered by PID, instead of every pass.
+      This is the one place it can lag a full read: a process migrated to another cgroup
+      later in its life is seen there within that many passes.
+
+    `incremental=False` reads every file every pass (the tests compare the two).
+    """
 
     def __init__(
         self,
         procfs: ProcFS,
         clock: Clock = boottime_ns,
         page_size: int | None = None,
+        incremental: bool = True,
     ):
         self.procfs = procfs
         self.clock = clock
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
+        self.incremental = incremental
+        self._previous: dict[int, ProcessReading] = {}
+        self._confirmed: set[int] = set()  # PIDs whose cgroup read the same twice running
+        self._passes = 0
 
     def read_pass(self) -> PassReadings:
+        self._passes += 1
         listed_at = self.clock()
         pids = self.procfs.pids()
         readings: list[ProcessReading] = []
         footprints: list[Footprint] = []
         vanished = unreadable = denied = 0
+        previous_pass = self._previous if self.incremental else {}
+        confirmed_before, self._confirmed = self._confirmed, set()
+        current: dict[int, _Seen] = {}
         for pid in pids:
             try:
-                reading = self.read_process(pid)
+                seen = self._read_process(pid, previous_pass.get(pid), pid in confirmed_before)
             except ProcessGone:
                 vanished += 1
                 continue
@@ -105,10 +152,13 @@ class Reader:
                 if error.footprint is not None:
                     footprints.append(error.footprint)
                 continue
+            reading = seen.reading
             readings.append(reading)
+            current[pid] = seen
             footprints.append(
                 Footprint(pid, reading.cgroup, len(reading.threads), reading.rss_bytes)
             )
+        self._previous = current
         return PassReadings(
             listed_at_ns=listed_at,
             readings=tuple(readings),
@@ -119,26 +169,44 @@ class Reader:
         )
 
     def read_process(self, pid: int) -> ProcessReading:
-        """One process, whole. Raises ProcessGone, or Unreadable with what was seen."""
+        """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
+        return self._read_process(pid, None, False).reading
+
+    def _read_process(self, pid: int, previous: _Seen | None, confirmed: bool) -> _Seen:
+        """`previous` is what the last pass saw of this PID; used only for the same process."""
         procfs = self.procfs
         try:
             stat = parse_stat(procfs.process_file(pid, "stat"))
             at_ns = self.clock()
-            cgroup = procfs.process_file(pid, "cgroup")
+            if previous is not None and previous.reading.start_ticks != stat.start_ticks:
+                previous = None
+            if (
+                previous is not None
+                and confirmed
+                and (pid + self._passes) % CGROUP_REVALIDATE_PASSES
+            ):
+                cgroup = previous.reading.cgroup
+                self._confirmed.add(pid)
+            else:
+                cgroup = procfs.process_file(pid, "cgroup")
+                if previous is not None and previous.reading.cgroup == cgroup:
+                    self._confirmed.add(pid)
         except ProcessGone:
             raise
         except ProcError as error:
             raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
-            threads = self._read_threads(pid, stat.start_ticks)
+            threads, memo = self._read_threads(
+                pid, stat.start_ticks, previous.threads if previous is not None else {}
+            )
         except ProcessGone:
             raise
         except ProcError as error:
             raise Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
         if not threads:
             raise ProcessGone(f"pid {pid}: every thread exited mid-read")
-        return ProcessReading(
+        reading = ProcessReading(
             pid=pid,
             comm=stat.comm,
             start_ticks=stat.start_ticks,
@@ -150,34 +218,55 @@ class Reader:
             cgroup=cgroup,
             threads=threads,
         )
+        return _Seen(reading, memo)
 
-    def _read_threads(self, pid: int, process_start: int) -> tuple[ThreadReading, ...]:
-        procfs = self.procfs
-        threads = []
-        for tid in procfs.tids(pid):
+    def _read_threads(
+        self, pid: int, process_start: int, previous: dict[int, _ThreadSeen]
+    ) -> tuple[tuple[ThreadReading, ...], dict[int, _ThreadSeen]]:
+        """Every thread of a process; the hot loop of a pass, so written for speed."""
+        read = self.procfs.thread_reader(pid)
+        keep = self.incremental
+        threads: list[ThreadReading] = []
+        memo: dict[int, _ThreadSeen] = {}
+        for tid, ino in self.procfs.threads(pid):
             try:
-                # The leader's start time is the process's own: no second `stat` read.
-                start = (
-                    process_start
-                    if tid == pid
-                    else parse_start_ticks(procfs.thread_file(pid, tid, "stat"))
-                )
-                sched = parse_schedstat(procfs.thread_file(pid, tid, "schedstat"))
-                switches = parse_status_switches(procfs.thread_file(pid, tid, "status"))
-                io = parse_io(procfs.thread_file(pid, tid, "io"))
+                raw = read(tid, "schedstat")
+                old = previous.get(tid)
+                if old is not None and old.ino == ino:  # the same thread as last pass
+                    if old.schedstat == raw:  # not run, not waited: nothing moved
+                        threads.append(old.reading)
+                        memo[tid] = old
+                        continue
+                    before = old.reading
+                    start = before.start_ticks
+                else:
+                    before = None
+                    # The leader's start time is the process's own: no second `stat` read.
+                    start = process_start if tid == pid else parse_start_ticks(read(tid, "stat"))
+                on_cpu, run_delay, timeslices = parse_schedstat(raw)
+                if (
+                    before is not None
+                    and before.on_cpu_ns == on_cpu
+                    and before.timeslices == timeslices
+                ):
+                    # It has not run since (only waited): switches and I/O cannot have moved.
+                    voluntary, nonvoluntary = (
+                        before.voluntary_switches,
+                        before.nonvoluntary_switches,
+                    )
+                    read_bytes, write_bytes = before.read_bytes, before.write_bytes
+                else:
+                    voluntary, nonvoluntary = parse_status_switches(read(tid, "status"))
+                    read_bytes, write_bytes = parse_io(read(tid, "io"))
+                # tuple.__new__ builds the NamedTuple without its Python-level __new__.
+                reading = _new(
+                    ThreadReading,
+                    (tid, start, on_cpu, run_delay, timeslices, voluntary, nonvoluntary,
+                     read_bytes, write_bytes),
+                )  # fmt: skip
             except ProcessGone:
                 continue  # a thread that exits mid-read is simply not seen this pass
-            threads.append(
-                ThreadReading(
-                    tid=tid,
-                    start_ticks=start,
-                    on_cpu_ns=sched.on_cpu_ns,
-                    run_delay_ns=sched.run_delay_ns,
-                    timeslices=sched.timeslices,
-                    voluntary_switches=switches.voluntary,
-                    nonvoluntary_switches=switches.nonvoluntary,
-                    read_bytes=io.read_bytes,
-                    write_bytes=io.write_bytes,
-                )
-            )
-        return tuple(threads)
+            threads.append(reading)
+            if keep:
+                memo[tid] = _new(_ThreadSeen, (ino, raw, reading))
+        return tuple(threads), memo

@@ -172,3 +172,15 @@ def test_cgroup_v2_and_v1():
 def test_cgroup_malformed(data):
     with pytest.raises(Malformed):
         parse_cgroup(data)
+
+
+def test_keys_inside_longer_keys_are_not_taken_for_them():
+    io = b"cancelled_write_bytes: 5\nrchar: 1\nwrite_bytes: 7\nread_bytes: 3\n"
+    assert parse_io(io) == IOBytes(read_bytes=3, write_bytes=7)
+    status = b"nonvoluntary_ctxt_switches:\t9\nvoluntary_ctxt_switches:\t4"
+    assert parse_status_switches(status) == Switches(voluntary=4, nonvoluntary=9)
+
+
+def test_a_key_only_inside_a_longer_key_is_missing():
+    with pytest.raises(Malformed):
+        parse_io(b"cancelled_write_bytes: 5\nread_bytes: 3\n")

@@ -54,10 +54,15 @@ def test_every_thread_gone_means_the_process_is_gone(tree):
 class DeniedIO(ProcFS):
     """A ProcFS whose `io` files answer EACCES, as without ptrace rights over a process."""
 
-    def thread_file(self, pid, tid, name):
-        if name == "io" and pid in (200, 300):
-            raise AccessDenied(f"{pid}/task/{tid}/io")
-        return super().thread_file(pid, tid, name)
+    def thread_reader(self, pid):
+        read = super().thread_reader(pid)
+
+        def denying(tid, name):
+            if name == "io" and pid in (200, 300):
+                raise AccessDenied(f"{pid}/task/{tid}/io")
+            return read(tid, name)
+
+        return denying
 
 
 def test_an_unreadable_process_keeps_its_footprint_and_is_counted(tree):
