@@ -263,6 +263,7 @@ def metrics_latency(groups: int = 1000, scrapes: int = 300, interval: float = 0.
 
     from collector.exporter import PassLoop, make_server
 
+    sys.setswitchinterval(0.001)  # as `procdelta serve` sets it
     loop = PassLoop(SyntheticEngine(groups), interval)
     loop.run_pass()
     server = make_server("127.0.0.1:0", loop, "/metrics")

@@ -8,12 +8,12 @@ never waits for a pass and never advances the cache.
 from __future__ import annotations
 
 import errno
-import gzip
 import html
 import logging
 import socket
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,8 +32,7 @@ from collector.exposition import (
     TEXT_CONTENT_TYPE,
     SelfState,
     build_families,
-    render_openmetrics,
-    render_text,
+    render_both,
 )
 from collector.groups import Group
 from collector.model import Fields
@@ -46,23 +45,27 @@ HEALTHY_INTERVALS = 3
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One published state: the rendered page and what /healthz needs. Never mutated."""
+    """One published state: the page in both formats, plain and gzipped, and what /healthz
+    needs. Built whole by the pass (compression included), never mutated: a scrape only
+    picks the bytes it was asked for."""
 
     text: bytes
     openmetrics: bytes  # without the closing `# EOF`: the live families follow it
+    text_gzip: bytes
+    openmetrics_gzip: bytes
     passes: int
     completed_at: float | None  # monotonic instant of the pass, None before the first
-    _gzip: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
-    _gzip_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def gzipped(self, kind: str) -> bytes:
-        """The page compressed once per snapshot, on the first scrape that asks for it."""
-        with self._gzip_lock:
-            body = self._gzip.get(kind)
-            if body is None:
-                raw = self.text if kind == "text" else self.openmetrics
-                body = self._gzip[kind] = gzip.compress(raw, compresslevel=6)
-            return body
+    @classmethod
+    def build(cls, text: bytes, openmetrics: bytes, passes: int, completed_at: float | None):
+        return cls(text, openmetrics, _gzip(text), _gzip(openmetrics), passes, completed_at)
+
+
+def _gzip(data: bytes, level: int = 1) -> bytes:
+    """A gzip member. A compressobj releases the interpreter lock while it deflates (the
+    one-shot `gzip.compress` holds it), so scrapes are answered while a page compresses."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +146,8 @@ class PassLoop:
     def _render(self, completed_at: float | None) -> Snapshot:
         data = self._data
         families = build_families(data.intervals, data.totals, data.footprints, self._state)
-        return Snapshot(
-            text=render_text(families),
-            openmetrics=render_openmetrics(families, eof=False),
-            passes=self._state.passes,
-            completed_at=completed_at,
-        )
+        text, openmetrics = render_both(families)
+        return Snapshot.build(text, openmetrics, self._state.passes, completed_at)
 
     def _publish(self, snapshot: Snapshot) -> None:
         with self._lock:
@@ -174,13 +173,32 @@ class PassLoop:
             self._stop.wait(next_at - now)
 
 
-def _live_registry() -> CollectorRegistry:
-    """The collector's own process and runtime metrics, read at scrape time."""
-    registry = CollectorRegistry(auto_describe=True)
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
+class LiveMetrics:
+    """The collector's own `process_*` and `python_*` metrics, read at scrape time and
+    kept for up to `ttl` seconds, so that a burst of scrapes reads them once."""
+
+    def __init__(self, ttl: float = 1.0, monotonic: Callable[[], float] = time.monotonic):
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.ttl = ttl
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._pages: dict[tuple[bool, bool], tuple[float, bytes]] = {}
+
+    def page(self, openmetrics: bool, gzipped: bool) -> bytes:
+        key = (openmetrics, gzipped)
+        now = self.monotonic()
+        with self._lock:
+            cached = self._pages.get(key)
+            if cached is not None and now - cached[0] < self.ttl:
+                return cached[1]
+            body = (client_openmetrics if openmetrics else client_text)(self.registry)
+            if gzipped:
+                body = _gzip(body)
+            self._pages[key] = (now, body)
+            return body
 
 
 def wants_openmetrics(accept: str | None) -> bool:
@@ -238,17 +256,14 @@ class MetricsHandler(BaseHTTPRequestHandler):
         openmetrics = wants_openmetrics(self.headers.get("Accept"))
         gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
         if openmetrics:
-            live = client_openmetrics(self.server.live)
-            head = snapshot.gzipped("openmetrics") if gzip_ok else snapshot.openmetrics
+            head = snapshot.openmetrics_gzip if gzip_ok else snapshot.openmetrics
             content_type = OPENMETRICS_CONTENT_TYPE
         else:
-            live = client_text(self.server.live)
-            head = snapshot.gzipped("text") if gzip_ok else snapshot.text
+            head = snapshot.text_gzip if gzip_ok else snapshot.text
             content_type = TEXT_CONTENT_TYPE
-        if gzip_ok:
-            # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
-            return content_type, head + gzip.compress(live, compresslevel=1), "gzip"
-        return content_type, head + live, None
+        # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
+        body = head + self.server.live.page(openmetrics, gzip_ok)
+        return content_type, body, "gzip" if gzip_ok else None
 
     def _reply(
         self,
@@ -281,7 +296,7 @@ class MetricsServer(ThreadingHTTPServer):
         self.address_family = family
         self.loop = loop
         self.telemetry_path = telemetry_path
-        self.live = _live_registry()
+        self.live = LiveMetrics()
         super().__init__(address, MetricsHandler)
 
     def server_bind(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from prometheus_client.utils import floatToGoString
 
@@ -230,37 +231,51 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+@lru_cache(maxsize=65536)
 def _labels(labels: Labels) -> str:
+    """`{name="value",…}`, rendered once per label set (groups outlive passes)."""
     if not labels:
         return ""
     return "{" + ",".join(f'{name}="{_escape_label(value)}"' for name, value in labels) + "}"
 
 
-def _samples(family: Family, lines: list[str]) -> None:
-    for suffix, labels, value in family.samples:
-        lines.append(f"{family.name}{suffix}{_labels(labels)} {_value(value)}")
+def _sample_block(family: Family) -> bytes:
+    """A family's sample lines: the same in both formats, so rendered once for both."""
+    name = family.name
+    return "".join(
+        f"{name}{suffix}{_labels(labels)} {_value(value)}\n"
+        for suffix, labels, value in family.samples
+    ).encode()
+
+
+def _text_header(family: Family) -> bytes:
+    name = family.name + ("_total" if family.kind == "counter" else "")
+    help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {help_text}\n# TYPE {name} {family.kind}\n".encode()
+
+
+def _openmetrics_header(family: Family) -> bytes:
+    help_text = _escape_label(family.help)
+    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n".encode()
+
+
+def render_both(families: Iterable[Family]) -> tuple[bytes, bytes]:
+    """(Prometheus text 0.0.4, OpenMetrics 1.0 without its closing `# EOF`)."""
+    text: list[bytes] = []
+    openmetrics: list[bytes] = []
+    for family in families:
+        block = _sample_block(family)
+        text += (_text_header(family), block)
+        openmetrics += (_openmetrics_header(family), block)
+    return b"".join(text), b"".join(openmetrics)
 
 
 def render_text(families: Iterable[Family]) -> bytes:
     """The Prometheus text format, version 0.0.4."""
-    lines: list[str] = []
-    for family in families:
-        name = family.name + ("_total" if family.kind == "counter" else "")
-        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {family.kind}")
-        _samples(family, lines)
-    return ("\n".join(lines) + "\n").encode()
+    return render_both(families)[0]
 
 
 def render_openmetrics(families: Iterable[Family], eof: bool = True) -> bytes:
     """OpenMetrics 1.0 text. Without `eof`, for a page that other families follow."""
-    lines: list[str] = []
-    for family in families:
-        help_text = _escape_label(family.help)
-        lines.append(f"# HELP {family.name} {help_text}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        _samples(family, lines)
-    if eof:
-        lines.append("# EOF")
-    return ("\n".join(lines) + "\n").encode() if lines else b""
+    body = render_both(families)[1]
+    return body + b"# EOF\n" if eof else body

@@ -1,9 +1,11 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
-    python workload.py --busy 4 --sleepers 2
+    python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
-parallel); sleeper threads sleep 1 ms in a loop and count their sleeps. Commands:
+parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
+block; with --churn a thread keeps starting short-lived threads and children and
+writing to a file in DIR. Commands:
 
     count           print the total number of sleeps done so far
     fork            fork a child that waits for orders; print its PID
@@ -39,6 +41,31 @@ def sleeper(index: int) -> None:
         sleeps[index] = count
 
 
+def idle() -> None:
+    stop.wait()
+
+
+def churn(directory: str) -> None:
+    """Every ~20 ms: a short-lived thread, a short-lived child process, a small write."""
+    path = os.path.join(directory, f"churn-{os.getpid()}")
+    n = 0
+    while not stop.is_set():
+        n += 1
+        threading.Thread(target=lambda: sum(range(20000)), daemon=True).start()
+        if n % 3 == 0:
+            pid = os.fork()
+            if pid == 0:
+                sum(range(50000))
+                os._exit(0)
+            os.waitpid(pid, 0)
+        if n % 5 == 0:
+            with open(path, "ab") as out:
+                out.write(os.urandom(65536))
+                os.fsync(out.fileno())
+        time.sleep(0.02)
+    os.unlink(path)
+
+
 def child_loop(orders: int, acks: int) -> None:
     with os.fdopen(orders, "r") as commands:
         for line in commands:
@@ -62,6 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("--sleepers", type=int, default=0)
+    parser.add_argument("--idle", type=int, default=0)
+    parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
     args = parser.parse_args()
     sleeps[:] = [0] * args.sleepers
     threads = [threading.Thread(target=busy, daemon=True) for _ in range(args.busy)]

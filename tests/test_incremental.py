@@ -1,0 +1,145 @@
+"""The incremental reader reads less, and its readings are identical to a full read.
+
+Over a fixture tree changed in place (as the kernel changes /proc: a thread that has not
+run keeps its schedstat, a reused TID gets a new directory) and over a live workload in
+a sandbox cgroup, frozen while both readers read it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+
+import pytest
+
+from collector.procfs import ProcFS
+from collector.reading import Reader
+from collector.tracker import Tracker
+from tests.cgroups import Workload, cgroup
+from tests.fixturetree import PASS1, SEC
+
+
+class CountingProcFS(ProcFS):
+    """A ProcFS that counts the files it reads, by name."""
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.reads: dict[str, int] = {}
+
+    def process_file(self, pid, name):
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return super().process_file(pid, name)
+
+    def thread_reader(self, pid):
+        read = super().thread_reader(pid)
+
+        def counting(tid, name):
+            self.reads["task/" + name] = self.reads.get("task/" + name, 0) + 1
+            return read(tid, name)
+
+        return counting
+
+
+def comparable(readings) -> dict:
+    """Readings by PID without the instant, which differs between two readers."""
+    return {r.pid: r._replace(at_ns=0) for r in readings}
+
+
+def both(root: str):
+    full = Reader(ProcFS(root), clock=lambda: 0, page_size=4096, incremental=False)
+    fast_fs = CountingProcFS(root)
+    fast = Reader(fast_fs, clock=lambda: 0, page_size=4096)
+    return full, fast, fast_fs
+
+
+def write(path, text: str) -> None:
+    with open(path, "w") as out:
+        out.write(text)
+
+
+def test_fixture_tree_changed_in_place(tmp_path):
+    root = tmp_path / "proc"
+    shutil.copytree(PASS1, root)
+    full, fast, fast_fs = both(str(root))
+    tracks = (Tracker(100), Tracker(100))
+
+    def step(listed_at: int) -> None:
+        a, b = full.read_pass(), fast.read_pass()
+        assert comparable(a.readings) == comparable(b.readings)
+        deltas = [
+            t.advance(r.readings, listed_at).deltas for t, r in zip(tracks, (a, b), strict=True)
+        ]
+        assert [(d.reading.pid, d.fields) for d in deltas[0]] == [
+            (d.reading.pid, d.fields) for d in deltas[1]
+        ]
+
+    step(1000 * SEC)
+    first = dict(fast_fs.reads)
+    step(1001 * SEC)  # nothing changed: only stat and schedstat are read again
+    second = {k: v - first.get(k, 0) for k, v in fast_fs.reads.items()}
+    assert second.get("task/status", 0) == second.get("task/io", 0) == 0
+    assert second.get("task/stat", 0) == 0
+    assert second["task/schedstat"] == first["task/schedstat"]
+
+    # 200's leader ran (every counter moved); 201 only waited (run delay alone moved).
+    write(root / "200/task/200/schedstat", "950000000 9000000 150\n")
+    write(root / "200/task/200/status", "Name:\tjava\nvoluntary_ctxt_switches:\t40\n"
+          "nonvoluntary_ctxt_switches:\t9\n")  # fmt: skip
+    write(root / "200/task/200/io", "rchar: 1\nwchar: 1\nsyscr: 1\nsyscw: 1\n"
+          "read_bytes: 16384\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n")  # fmt: skip
+    write(root / "200/task/201/schedstat", "40000000 2500000 90\n")
+    # 1100's thread 1101 exited and its TID went to a new thread: a new directory, with a
+    # new inode number (made before the old one goes, as procfs never reuses them soon).
+    shutil.copytree(PASS1 / "1100/task/1100", root / "1100/task/new")
+    write(root / "1100/task/new/stat", (PASS1 / "1100/task/1101/stat").read_text()
+          .replace(" 1411 ", " 100050 "))  # fmt: skip
+    shutil.rmtree(root / "1100/task/1101")
+    os.rename(root / "1100/task/new", root / "1100/task/1101")
+    # 300 gained a thread and lost one.
+    shutil.copytree(PASS1 / "300/task/300", root / "300/task/303")
+    write(root / "300/task/303/stat", (PASS1 / "300/task/300/stat").read_text()
+          .replace("300 (", "303 (").replace(" 1200 ", " 100020 "))  # fmt: skip
+    shutil.rmtree(root / "300/task/302")
+    step(1002 * SEC)
+    step(1003 * SEC)
+
+
+@pytest.mark.kernel
+def test_live_workload_frozen_between_reads(tmp_path):
+    """Both readers over the same frozen process table, round after round."""
+    path = f"procdelta-test-{uuid.uuid4().hex[:8]}"
+    workload = ("--busy", "1", "--sleepers", "1", "--idle", "6", "--churn", str(tmp_path))
+    with cgroup("v2", path) as sandbox, Workload(sandbox, *workload):
+        full, fast, fast_fs = both("/proc")
+        skipped_rounds = 0
+        for round_ in range(12):
+            freeze(sandbox, True)
+            try:
+                with open(f"{sandbox}/cgroup.procs") as procs:
+                    pids = {int(p) for p in procs.read().split()}
+                before = dict(fast_fs.reads)
+                a, b = full.read_pass(), fast.read_pass()
+            finally:
+                freeze(sandbox, False)
+            ours_full = {p: r for p, r in comparable(a.readings).items() if p in pids}
+            ours_fast = {p: r for p, r in comparable(b.readings).items() if p in pids}
+            assert ours_full == ours_fast, f"round {round_}"
+            assert ours_full, "the workload is in the sandbox"
+            read_now = {k: v - before.get(k, 0) for k, v in fast_fs.reads.items()}
+            if read_now.get("task/status", 0) < read_now.get("task/schedstat", 0):
+                skipped_rounds += 1
+            time.sleep(0.15)
+    assert skipped_rounds >= 10, "the incremental reader should have skipped idle threads"
+
+
+def freeze(path: str, frozen: bool) -> None:
+    write(os.path.join(path, "cgroup.freeze"), "1" if frozen else "0")
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        with open(os.path.join(path, "cgroup.events")) as events:
+            if f"frozen {int(frozen)}" in events.read():
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"cgroup {path} did not {'freeze' if frozen else 'thaw'}")
