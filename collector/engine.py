@@ -66,7 +66,7 @@ class Engine:
 
     def run_pass(self) -> PassResult:
         began = self.timer()
-        self.grouper.names.refresh()
+        self.grouper.refresh()
         readings = self.reader.read_pass()
         advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
         grouped = group_pass(advance.deltas, readings.footprints, self.grouper)

@@ -187,15 +187,20 @@ class PodNames:
         self._pods_mtime: int | None = None
         self._containers_mtime: int | None = None
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
+        """Re-read what changed; True if any name may have changed."""
+        changed = False
         pods_mtime = _mtime(self.pod_logs)
         if pods_mtime != self._pods_mtime:
             self._pods = self._read_pods()
             self._pods_mtime = pods_mtime
+            changed = True
         containers_mtime = _mtime(self.container_logs)
         if containers_mtime != self._containers_mtime:
             self._containers = self._read_containers()
             self._containers_mtime = containers_mtime
+            changed = True
+        return changed
 
     def pod(self, uid: str) -> PodInfo | None:
         return self._pods.get(uid)
@@ -245,9 +250,25 @@ class Grouper:
         self.names = names
         self.per_container = per_container
         self.pods_only = pods_only
+        self._groups: dict[bytes, Group | None] = {}
+
+    def refresh(self) -> None:
+        """Follow kubelet's files; forget the groups made with names that may be stale."""
+        if self.names.refresh():
+            self._groups.clear()
 
     def group_of(self, cgroup_text: bytes) -> Group | None:
         """The group, or None when `--pods-only` drops it. Raises Malformed on bad text."""
+        try:
+            return self._groups[cgroup_text]
+        except KeyError:
+            pass
+        if len(self._groups) > 65536:
+            self._groups.clear()
+        group = self._groups[cgroup_text] = self._group_of(cgroup_text)
+        return group
+
+    def _group_of(self, cgroup_text: bytes) -> Group | None:
         classified = classify(cgroup_text)
         pod = classified.pod
         if pod is None:

@@ -32,22 +32,30 @@ def parse_stat(data: bytes) -> Stat:
     rest = data[close_paren + 1 :].split()
     if len(rest) < _STAT_FIELDS_NEEDED:
         raise Malformed("stat", data)
-    pid = _natural(data[:open_paren].strip(), "stat", data)
-    comm = data[open_paren + 1 : close_paren].decode("utf-8", "backslashreplace")
-    try:
-        state = rest[0].decode("ascii")
-    except UnicodeDecodeError:
-        raise Malformed("stat", data) from None
+    pid = data[:open_paren].strip()
+    # fields 12 majflt, 14 utime, 15 stime, 20 num_threads, 22 starttime, 24 rss
+    majflt, utime, stime = rest[12 - 3], rest[14 - 3], rest[15 - 3]
+    threads, start, rss = rest[20 - 3], rest[22 - 3], rest[24 - 3]
+    if not (
+        pid.isdigit()
+        and majflt.isdigit()
+        and utime.isdigit()
+        and stime.isdigit()
+        and threads.isdigit()
+        and start.isdigit()
+        and rss.isdigit()
+    ):
+        raise Malformed("stat", data)
     return Stat(
-        pid=pid,
-        comm=comm,
-        state=state,
-        major_faults=_natural(rest[12 - 3], "stat", data),
-        utime_ticks=_natural(rest[14 - 3], "stat", data),
-        stime_ticks=_natural(rest[15 - 3], "stat", data),
-        num_threads=_natural(rest[20 - 3], "stat", data),
-        start_ticks=_natural(rest[22 - 3], "stat", data),
-        rss_pages=_natural(rest[24 - 3], "stat", data),
+        int(pid),
+        data[open_paren + 1 : close_paren].decode("utf-8", "backslashreplace"),
+        rest[0].decode("ascii", "replace"),
+        int(threads),
+        int(start),
+        int(utime),
+        int(stime),
+        int(majflt),
+        int(rss),
     )
 
 

@@ -87,6 +87,7 @@ class Unreadable(ProcError):
 
 
 _new = tuple.__new__
+_LEADER = -1  # the inode stand-in of a leader known by its process's start time
 
 CGROUP_REVALIDATE_PASSES = 8
 """A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
@@ -156,7 +157,7 @@ class Reader:
             readings.append(reading)
             current[pid] = seen
             footprints.append(
-                Footprint(pid, reading.cgroup, len(reading.threads), reading.rss_bytes)
+                _new(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
             )
         self._previous = current
         return PassReadings(
@@ -198,7 +199,10 @@ class Reader:
         rss_bytes = stat.rss_pages * self.page_size
         try:
             threads, memo = self._read_threads(
-                pid, stat.start_ticks, previous.threads if previous is not None else {}
+                pid,
+                stat.start_ticks,
+                previous.threads if previous is not None else {},
+                single=stat.num_threads == 1,
             )
         except ProcessGone:
             raise
@@ -206,29 +210,28 @@ class Reader:
             raise Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
         if not threads:
             raise ProcessGone(f"pid {pid}: every thread exited mid-read")
-        reading = ProcessReading(
-            pid=pid,
-            comm=stat.comm,
-            start_ticks=stat.start_ticks,
-            at_ns=at_ns,
-            utime_ticks=stat.utime_ticks,
-            stime_ticks=stat.stime_ticks,
-            major_faults=stat.major_faults,
-            rss_bytes=rss_bytes,
-            cgroup=cgroup,
-            threads=threads,
-        )
-        return _Seen(reading, memo)
+        reading = _new(
+            ProcessReading,
+            (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
+             stat.major_faults, rss_bytes, cgroup, threads),
+        )  # fmt: skip
+        return _new(_Seen, (reading, memo))
 
     def _read_threads(
-        self, pid: int, process_start: int, previous: dict[int, _ThreadSeen]
+        self, pid: int, process_start: int, previous: dict[int, _ThreadSeen], single: bool
     ) -> tuple[tuple[ThreadReading, ...], dict[int, _ThreadSeen]]:
-        """Every thread of a process; the hot loop of a pass, so written for speed."""
+        """Every thread of a process; the hot loop of a pass, so written for speed.
+
+        A process whose `stat` counts one thread is its own only thread, the leader, known
+        by the process's start time: its `task/` directory is not listed. (A thread born
+        just after that `stat` read is seen from the next pass, as any mid-read birth.)
+        """
         read = self.procfs.thread_reader(pid)
         keep = self.incremental
         threads: list[ThreadReading] = []
         memo: dict[int, _ThreadSeen] = {}
-        for tid, ino in self.procfs.threads(pid):
+        listing = [(pid, _LEADER)] if single else self.procfs.threads(pid)
+        for tid, ino in listing:
             try:
                 raw = read(tid, "schedstat")
                 old = previous.get(tid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
 
@@ -32,10 +33,12 @@ class Advance:
     threads_refused: Counter[str] = field(default_factory=Counter)
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(NamedTuple):
     reading: ProcessReading
     threads: dict[int, ThreadReading]
+
+
+_new = tuple.__new__
 
 
 def _thread_fell(new: ThreadReading, old: ThreadReading) -> bool:
@@ -94,7 +97,7 @@ class Tracker:
             same_process = old is not None and old.reading.start_ticks == reading.start_ticks
             old_threads = old.threads if (old is not None and same_process) else {}
             thread_sum, threads, thread_refusals = self._guard_threads(reading, old_threads)
-            cache[reading.pid] = _Entry(reading, threads)
+            cache[reading.pid] = _new(_Entry, (reading, threads))
 
             if old is not None and same_process:
                 if _process_fell(reading, old.reading):
@@ -144,6 +147,8 @@ class Tracker:
         for thread in reading.threads:
             threads[thread.tid] = thread
             old = old_threads.get(thread.tid)
+            if old is thread:
+                continue  # the very reading of last pass (an idle thread): a zero delta
             if old is not None and old.start_ticks == thread.start_ticks:
                 if _thread_fell(thread, old):
                     refused["counter_fell"] += 1
