@@ -18,6 +18,7 @@ import pytest
 from tests.cgroups import Workload, cgroup
 from tests.net import free_port, http_get, wait_until
 from tests.promtools import binary
+from tests.test_deploy import dashboard_queries, recording_rule_queries
 
 pytestmark = pytest.mark.kernel
 
@@ -70,8 +71,9 @@ class Prometheus:
         self.log.close()
 
 
-@pytest.fixture
-def busy_pod(tmp_path):
+@pytest.fixture(scope="module")
+def busy_pod(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("logs")
     uid = str(uuid.uuid4())
     cid = uuid.uuid4().hex * 2
     (tmp_path / "pods" / f"e2e_busy-pod_{uid}").mkdir(parents=True)
@@ -85,7 +87,7 @@ def busy_pod(tmp_path):
         yield tmp_path, uid
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def collector(busy_pod):
     logs, uid = busy_pod
     port = free_port()
@@ -115,10 +117,10 @@ def collector(busy_pod):
         process.wait(timeout=10)
 
 
-@pytest.fixture
-def prometheus(tmp_path, collector):
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, collector):
     target, _ = collector
-    server = Prometheus(tmp_path, [target])
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), [target])
     try:
         yield server
     finally:
@@ -165,3 +167,16 @@ def test_prometheus_scrapes_and_queries(prometheus, collector):
 
     build = prometheus.query("procdelta_build_info")
     assert len(build) == 1 and build[0]["metric"]["version"]
+
+
+@pytest.mark.parametrize(
+    "query", dashboard_queries() + recording_rule_queries(), ids=lambda q: q[:60]
+)
+def test_every_dashboard_query_and_recording_rule_returns_data(prometheus, collector, query):
+    wait_until(
+        lambda: prometheus.query("count_over_time(procdelta_passes_total[1m]) >= 4"),
+        60,
+        "four scrapes of procdelta",
+    )
+    result = prometheus.query(query)
+    assert result, f"no data for: {query}"

@@ -1,0 +1,245 @@
+"""Generates grafana/procdelta.json, the procdelta dashboard: `python grafana/dashboard.py`.
+
+Kept as code rather than as hand-edited JSON: the dashboard is a dozen panels of one
+shape, and a panel here is one line of intent (title, unit, queries), where in JSON it
+is forty lines of layout. Plain dictionaries, no library: Grafana's JSON model is the
+interface, and tests/test_deploy.py checks the committed JSON is this script's output
+and has a real Prometheus evaluate every query.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+POD = 'uid!="", node=~"$node", namespace=~"$namespace", pod=~"$pod"'
+NODE = 'node=~"$node"'
+BY_POD = "sum by (namespace, pod)"
+
+
+def rate(metric: str, selector: str = POD) -> str:
+    return f"rate({metric}{{{selector}}}[$__rate_interval])"
+
+
+def target(expr: str, legend: str, ref: str) -> dict:
+    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+
+
+def panel(title: str, unit: str, queries: list[tuple[str, str]], description: str = "") -> dict:
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {"unit": unit, "min": 0}, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "table", "placement": "right", "calcs": ["mean", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": [
+            target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)
+        ],
+    }
+
+
+def row(title: str) -> dict:
+    return {"type": "row", "title": title, "collapsed": False, "panels": []}
+
+
+def variable(name: str, query: str, label: str) -> dict:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": name},
+        "definition": query,
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"text": "All", "value": "$__all"},
+        "sort": 1,
+    }
+
+
+def layout(items: list[dict]) -> list[dict]:
+    """Two panels a line under full-width rows; ids in order."""
+    x = y = 0
+    for number, item in enumerate(items, 1):
+        item["id"] = number
+        if item["type"] == "row":
+            if x:
+                x, y = 0, y + 8
+            item["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
+            y += 1
+            continue
+        item["gridPos"] = {"h": 8, "w": 12, "x": x, "y": y}
+        x, y = (12, y) if x == 0 else (0, y + 8)
+    return items
+
+
+def dashboard() -> dict:
+    run_delay = f"{BY_POD} ({rate('procdelta_run_delay_nanos_total')})"
+    on_cpu = f"{BY_POD} ({rate('procdelta_on_cpu_nanos_total')})"
+    observed = f"{BY_POD} ({rate('procdelta_observed_nanos_total')})"
+    pods = "{{namespace}}/{{pod}}"
+    panels = [
+        row("CPU"),
+        panel(
+            "CPU starvation",
+            "percentunit",
+            [(f"{run_delay}\n/\n({run_delay} + {on_cpu})", pods)],
+            "Share of runnable time spent waiting for a CPU: run delay / (run delay + on-CPU).",
+        ),
+        panel("Cores used", "short", [(f"{on_cpu} / 1e9", pods)], "On-CPU seconds per second."),
+        panel(
+            "Run delay",
+            "short",
+            [(f"{run_delay} / 1e9", pods)],
+            "Seconds spent runnable but waiting for a CPU, per second, summed over threads.",
+        ),
+        panel(
+            "Run delay per observed process-second",
+            "percentunit",
+            [(f"{run_delay}\n/\n{observed}", pods)],
+            "How long a process waits for a CPU per second it is observed.",
+        ),
+        panel(
+            "User and system CPU",
+            "short",
+            [
+                (f"{BY_POD} ({rate('procdelta_cpu_user_nanos_total')}) / 1e9", pods + " user"),
+                (f"{BY_POD} ({rate('procdelta_cpu_system_nanos_total')}) / 1e9", pods + " sys"),
+            ],
+        ),
+        panel(
+            "Context switches",
+            "ops",
+            [
+                (f"{BY_POD} ({rate('procdelta_voluntary_switches_total')})", pods + " voluntary"),
+                (
+                    f"{BY_POD} ({rate('procdelta_nonvoluntary_switches_total')})",
+                    pods + " involuntary",
+                ),
+            ],
+        ),
+        row("Memory and storage"),
+        panel(
+            "Storage I/O",
+            "Bps",
+            [
+                (f"{BY_POD} ({rate('procdelta_read_bytes_total')})", pods + " read"),
+                (f"{BY_POD} ({rate('procdelta_write_bytes_total')})", pods + " write"),
+            ],
+            "Bytes really fetched from and sent to storage (not page-cache hits).",
+        ),
+        panel(
+            "Major page faults",
+            "ops",
+            [(f"{BY_POD} ({rate('procdelta_major_faults_total')})", pods)],
+        ),
+        panel(
+            "Processes and threads",
+            "short",
+            [
+                (f"{BY_POD} (procdelta_footprint_processes{{{POD}}})", pods + " processes"),
+                (f"{BY_POD} (procdelta_footprint_threads{{{POD}}})", pods + " threads"),
+            ],
+        ),
+        panel(
+            "Resident memory",
+            "bytes",
+            [(f"{BY_POD} (procdelta_footprint_rss_bytes{{{POD}}})", pods)],
+        ),
+        row("procdelta itself"),
+        panel(
+            "Pass duration",
+            "s",
+            [
+                (
+                    "histogram_quantile(0.5, sum by (node, le) "
+                    f"({rate('procdelta_pass_duration_seconds_bucket', NODE)}))",
+                    "{{node}} p50",
+                ),
+                (
+                    "histogram_quantile(0.99, sum by (node, le) "
+                    f"({rate('procdelta_pass_duration_seconds_bucket', NODE)}))",
+                    "{{node}} p99",
+                ),
+            ],
+        ),
+        panel(
+            "Dropped deltas",
+            "ops",
+            [
+                (
+                    f"sum by (reason) ({rate('procdelta_dropped_deltas_total', NODE)})",
+                    "{{reason}}",
+                )
+            ],
+            "Processes that contributed no delta to a pass, by reason, per second.",
+        ),
+        panel(
+            "Tracked processes and threads",
+            "short",
+            [
+                (f"sum by (node) (procdelta_tracked_processes{{{NODE}}})", "{{node}} processes"),
+                (f"sum by (node) (procdelta_tracked_threads{{{NODE}}})", "{{node}} threads"),
+            ],
+        ),
+        panel(
+            "Passes",
+            "ops",
+            [(f"sum by (node) ({rate('procdelta_passes_total', NODE)})", "{{node}}")],
+        ),
+    ]
+    return {
+        "uid": "procdelta",
+        "title": "procdelta: per-pod process counters",
+        "description": "CPU starvation, CPU, I/O and switches per pod, from procdelta.",
+        "tags": ["procdelta", "kubernetes"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "time": {"from": "now-1h", "to": "now"},
+        "timezone": "",
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                },
+                variable("node", "label_values(procdelta_build_info, node)", "Node"),
+                variable(
+                    "namespace",
+                    'label_values(procdelta_footprint_processes{node=~"$node"}, namespace)',
+                    "Namespace",
+                ),
+                variable(
+                    "pod",
+                    'label_values(procdelta_footprint_processes{node=~"$node", '
+                    'namespace=~"$namespace"}, pod)',
+                    "Pod",
+                ),
+            ]
+        },
+        "annotations": {"list": []},
+        "panels": layout(panels),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    out = Path(__file__).with_name("procdelta.json")
+    out.write_text(render())
+    sys.stdout.write(f"wrote {out}\n")

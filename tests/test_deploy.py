@@ -1,0 +1,210 @@
+"""deploy/, the rules, the dashboard and the Dockerfile, each checked by the real tool.
+
+The queries of the dashboard and the recording rules are evaluated against a real
+Prometheus scraping a real procdelta in tests/test_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.promtools import binary
+
+ROOT = Path(__file__).parent.parent
+DEPLOY = ROOT / "deploy"
+RULES = DEPLOY / "prometheus" / "procdelta.rules.yml"
+KUBERNETES_VERSION = "1.33.0"  # the oldest Kubernetes release the manifests promise
+CUSTOM_RESOURCES = {"servicemonitor.yaml", "prometheusrule.yaml"}
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((DEPLOY / name).read_text())
+
+
+def manifests() -> list[str]:
+    return sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def test_kustomization_lists_every_manifest():
+    assert sorted(load("kustomization.yaml")["resources"]) == manifests()
+
+
+@pytest.mark.parametrize("name", [m for m in manifests() if m not in CUSTOM_RESOURCES])
+def test_manifest_validates_against_the_kubernetes_schema(name):
+    result = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version",
+         KUBERNETES_VERSION, str(DEPLOY / name)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "passed" in result.stdout
+
+
+def test_service_monitor_selects_the_service_and_its_port():
+    service, monitor = load("service.yaml"), load("servicemonitor.yaml")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+
+
+def test_service_selects_the_daemonset_pods():
+    service, daemonset = load("service.yaml"), load("daemonset.yaml")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_daemonset_runs_with_the_least_privilege_that_works():
+    spec = load("daemonset.yaml")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not spec.get("hostPID") and not spec.get("hostNetwork")
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH", "SYS_PTRACE"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["privileged"] is False
+    assert all(mount["readOnly"] for mount in container["volumeMounts"])
+    assert "--path.procfs=/host/proc" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["limits"]["memory"]
+
+
+def test_prometheus_rule_carries_the_rule_file():
+    rule = load("prometheusrule.yaml")
+    assert rule["kind"] == "PrometheusRule"
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+
+
+def test_promtool_checks_the_rules():
+    result = subprocess.run(
+        [binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_every_recording_rule_and_alert():
+    tests = RULES.with_name("procdelta.rules.test.yml")
+    spec = yaml.safe_load(tests.read_text())
+    tested = set()
+    for case in spec["tests"]:
+        tested |= {t["expr"].split("{")[0] for t in case.get("promql_expr_test", [])}
+        tested |= {t["alertname"] for t in case.get("alert_rule_test", [])}
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    assert {r.get("record") or r["alert"] for r in rules} == tested
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(tests)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_plain_scrape_config_is_valid_prometheus_configuration(tmp_path):
+    """Debian's Prometheus is built without Kubernetes discovery, so promtool checks the
+    job with the discovery swapped for a static target; the discovery part is checked
+    for what it must say."""
+    config = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yml").read_text())
+    (job,) = config["scrape_configs"]
+    (discovery,) = job.pop("kubernetes_sd_configs")
+    assert discovery["role"] == "pod"
+    keep = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert {r["source_labels"][0] for r in keep} == {
+        "__meta_kubernetes_pod_label_app_kubernetes_io_name",
+        "__meta_kubernetes_pod_container_port_name",
+    }
+    job["static_configs"] = [{"targets": ["127.0.0.1:9746"]}]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [binary("promtool"), "check", "config", "--syntax-only", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_json_is_the_generators_output():
+    sys.path.insert(0, str(ROOT / "grafana"))
+    try:
+        import dashboard
+    finally:
+        sys.path.pop(0)
+    committed = (ROOT / "grafana" / "procdelta.json").read_text()
+    assert committed == dashboard.render(), "run `python grafana/dashboard.py` and commit"
+    model = json.loads(committed)
+    assert {v["name"] for v in model["templating"]["list"]} == {
+        "datasource", "node", "namespace", "pod",
+    }  # fmt: skip
+    titles = {p["title"] for p in model["panels"]}
+    for wanted in ("CPU starvation", "Cores used", "Run delay", "Storage I/O",
+                   "Context switches", "Major page faults", "Processes and threads",
+                   "Pass duration", "Dropped deltas"):  # fmt: skip
+        assert wanted in titles
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL query of the dashboard, variables set as for "All"."""
+    model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
+    queries = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
+    for variable in model["templating"]["list"]:
+        definition = variable.get("definition", "")
+        if definition.startswith("label_values("):
+            queries.append(definition[len("label_values(") :].rsplit(",", 1)[0])
+    return [
+        q.replace("$__rate_interval", "15s")
+        .replace("$node", ".*")
+        .replace("$namespace", ".*")
+        .replace("$pod", ".*")
+        for q in queries
+    ]
+
+
+def recording_rule_queries() -> list[str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [r["expr"] for g in groups for r in g["rules"] if "record" in r]
+
+
+def test_dockerfile_lints_clean():
+    result = subprocess.run(
+        ["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_build_steps_give_a_working_command(tmp_path):
+    """What the Dockerfile's build stage does: a wheel, installed into a clean venv."""
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+         str(wheels), str(ROOT)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("procdelta-*.whl")
+    target = tmp_path / "venv"
+    venv.create(target, with_pip=True)
+    pip = target / "bin" / "pip"
+    subprocess.run([str(pip), "install", "--quiet", str(wheel)], check=True, timeout=600)
+    result = subprocess.run(
+        [str(target / "bin" / "procdelta"), "--help"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert result.returncode == 0, result.stderr
+    for command in ("serve", "once", "bench"):
+        assert command in result.stdout
