@@ -15,8 +15,7 @@ from typing import NamedTuple
 from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessDelta:
+class ProcessDelta(NamedTuple):
     """One process's contribution to an interval, with the reading it came from."""
 
     reading: ProcessReading
@@ -128,8 +127,9 @@ class Tracker:
             thread_sum.cpu_user_nanos = ticks_to_ns(user, hz)
             thread_sum.cpu_system_nanos = ticks_to_ns(system, hz)
             thread_sum.major_faults = faults
-            result.deltas.append(ProcessDelta(reading, thread_sum, born))
-            result.threads_refused.update(thread_refusals)
+            result.deltas.append(_new(ProcessDelta, (reading, thread_sum, born)))
+            if thread_refusals:
+                result.threads_refused.update(thread_refusals)
         self._cache = cache
         self._previous_listing_ns = listed_at_ns
         return result
@@ -138,11 +138,11 @@ class Tracker:
         self,
         reading: ProcessReading,
         old_threads: dict[int, ThreadReading],
-    ) -> tuple[Fields, dict[int, ThreadReading], Counter[str]]:
+    ) -> tuple[Fields, dict[int, ThreadReading], Counter[str] | None]:
         """Σ of the per-thread deltas of one process, its new thread cache, and the threads
         refused (counted only when the process itself contributes)."""
         total = Fields()
-        refused: Counter[str] = Counter()
+        refused: Counter[str] | None = None  # made on the first refusal: most have none
         threads: dict[int, ThreadReading] = {}
         for thread in reading.threads:
             threads[thread.tid] = thread
@@ -151,11 +151,13 @@ class Tracker:
                 continue  # the very reading of last pass (an idle thread): a zero delta
             if old is not None and old.start_ticks == thread.start_ticks:
                 if _thread_fell(thread, old):
+                    refused = refused or Counter()
                     refused["counter_fell"] += 1
                     continue
             elif self._born_since_previous_pass(thread.start_ticks, reading.at_ns):
                 old = None
             else:
+                refused = refused or Counter()
                 refused["first_seen" if old is None else "pid_reused"] += 1
                 continue
             if old is None:
