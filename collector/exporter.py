@@ -291,6 +291,7 @@ class MetricsServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # the listen backlog: a burst of scrapers is not dropped
 
     def __init__(self, address: tuple, family: int, loop: PassLoop, telemetry_path: str):
         self.address_family = family
