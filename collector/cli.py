@@ -220,10 +220,28 @@ def once(options: Options, interval: float, output_format: str) -> None:
     show_default=True,
     help="Path under which to expose metrics.",
 )
+@_option(
+    "--web.config.file",
+    "web_config_file",
+    default=None,
+    help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
+)
 @shared_options
-def serve(options: Options, interval: float, listen_address: str, telemetry_path: str) -> None:
+def serve(
+    options: Options,
+    interval: float,
+    listen_address: str,
+    telemetry_path: str,
+    web_config_file: str | None,
+) -> None:
     """Pass every INTERVAL seconds in the background; serve /metrics and /healthz."""
+    from collector import webconfig
     from collector.exporter import ListenAddressError, PassLoop, make_server
+
+    try:
+        web = webconfig.load(web_config_file) if web_config_file else None
+    except webconfig.WebConfigError as error:
+        raise click.ClickException(f"--web.config.file {error}") from None
 
     if not telemetry_path.startswith("/") or telemetry_path in ("/", "/healthz"):
         raise click.ClickException(
@@ -232,18 +250,21 @@ def serve(options: Options, interval: float, listen_address: str, telemetry_path
         )
     loop = PassLoop(build_engine(options), interval)
     try:
-        server = make_server(listen_address, loop, telemetry_path)
+        server = make_server(listen_address, loop, telemetry_path, web)
     except ListenAddressError as error:
         raise click.ClickException(f"--web.listen-address {error}") from None
     host, port = server.server_address[:2]
     log.info(
-        "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d telemetry_path=%s "
-        "procfs=%s pod_logs=%s container_logs=%s per_container=%s pods_only=%s",
+        "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
+        "telemetry_path=%s procfs=%s pod_logs=%s container_logs=%s per_container=%s "
+        "pods_only=%s",
         __version__,
         interval,
         listen_address,
         host,
         port,
+        bool(web and web.tls),
+        bool(web and web.users),
         telemetry_path,
         options.procfs,
         options.pod_logs,

@@ -11,6 +11,7 @@ import errno
 import html
 import logging
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -36,6 +37,7 @@ from collector.exposition import (
 )
 from collector.groups import Group
 from collector.model import Fields
+from collector.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +238,10 @@ class MetricsHandler(BaseHTTPRequestHandler):
         self._handle(send_body=False)
 
     def _handle(self, send_body: bool) -> None:
+        if not self.server.web.authorized(self.headers.get("Authorization")):
+            self._reply(401, "text/plain; charset=utf-8", b"unauthorized\n", send_body,
+                        extra={"WWW-Authenticate": 'Basic realm="procdelta"'})  # fmt: skip
+            return
         path = self.path.split("?", 1)[0]
         if path == self.server.telemetry_path:
             content_type, body, encoding = self._metrics()
@@ -272,9 +278,12 @@ class MetricsHandler(BaseHTTPRequestHandler):
         body: bytes,
         send_body: bool,
         encoding: str | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         if encoding:
             self.send_header("Content-Encoding", encoding)
@@ -293,12 +302,33 @@ class MetricsServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024  # the listen backlog: a burst of scrapers is not dropped
 
-    def __init__(self, address: tuple, family: int, loop: PassLoop, telemetry_path: str):
+    def __init__(
+        self,
+        address: tuple,
+        family: int,
+        loop: PassLoop,
+        telemetry_path: str,
+        web: WebConfig | None = None,
+    ):
         self.address_family = family
         self.loop = loop
         self.telemetry_path = telemetry_path
+        self.web = web or WebConfig()
         self.live = LiveMetrics()
         super().__init__(address, MetricsHandler)
+
+    def process_request_thread(self, request, client_address) -> None:
+        """With TLS, the handshake happens here, in the connection's own thread, so that a
+        client that never completes it holds only that thread. Plain HTTP fails it."""
+        if self.web.tls is not None:
+            try:
+                request.settimeout(MetricsHandler.timeout)
+                request = self.web.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError) as error:
+                log.debug("TLS handshake with %s failed: %s", client_address[0], error)
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:
@@ -326,7 +356,9 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def make_server(address: str, loop: PassLoop, telemetry_path: str) -> MetricsServer:
+def make_server(
+    address: str, loop: PassLoop, telemetry_path: str, web: WebConfig | None = None
+) -> MetricsServer:
     """Bind the HTTP server now, so that a bad address fails before anything starts."""
     host, port = parse_listen_address(address)
     if host == "":
@@ -342,7 +374,7 @@ def make_server(address: str, loop: PassLoop, telemetry_path: str) -> MetricsSer
     last_error: OSError | None = None
     for family, bind_to in candidates:
         try:
-            return MetricsServer(bind_to, family, loop, telemetry_path)
+            return MetricsServer(bind_to, family, loop, telemetry_path, web)
         except OSError as error:
             last_error = error
             if error.errno != errno.EAFNOSUPPORT:  # no such family here: try the next one

@@ -1,0 +1,173 @@
+"""`--web.config.file`: TLS and basic auth in the Prometheus exporter-toolkit format.
+
+    tls_server_config:
+      cert_file: server.crt          # paths relative to this file's directory
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # optional
+      client_ca_file: ca.crt                         # optional
+      min_version: TLS12                             # optional
+    basic_auth_users:
+      alice: $2y$10$...              # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
+
+Everything is checked when the file is loaded, so a bad file fails at start-up.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import ssl
+import threading
+from dataclasses import dataclass, field
+
+import bcrypt
+import yaml
+
+
+class WebConfigError(ValueError):
+    """A web configuration file that cannot be used, with the reason in one line."""
+
+
+_CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "RequestClientCert": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+_TLS_KEYS = {
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+}
+_TOP_KEYS = {"tls_server_config", "basic_auth_users"}
+# The toolkit's other fields (cipher_suites, curve_preferences, http_server_config, …) are
+# refused as unsupported rather than silently ignored.
+
+
+@dataclass
+class WebConfig:
+    tls: ssl.SSLContext | None = None
+    users: dict[str, bytes] = field(default_factory=dict)
+    _verified: set[bytes] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def authorized(self, header: str | None) -> bool:
+        """Whether an `Authorization` header passes basic auth (always, without users).
+
+        A bcrypt check costs tens of milliseconds, so a verified (user, password) pair is
+        remembered by a keyed digest, as the exporter toolkit does."""
+        if not self.users:
+            return True
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, sep, password = base64.b64decode(header[6:], validate=True).partition(b":")
+        except ValueError:
+            return False
+        hashed = self.users.get(user.decode("utf-8", "replace"))
+        if not sep or hashed is None:
+            return False
+        key = hmac.new(hashed, user + b":" + password, hashlib.sha256).digest()
+        with self._lock:
+            if key in self._verified:
+                return True
+        if not bcrypt.checkpw(password, hashed):
+            return False
+        with self._lock:
+            self._verified.add(key)
+        return True
+
+
+def load(path: str) -> WebConfig:
+    try:
+        with open(path, "rb") as source:
+            document = yaml.safe_load(source)
+    except OSError as error:
+        raise WebConfigError(f"{path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise WebConfigError(f"{path}: not YAML: {str(error).splitlines()[0]}") from None
+    if document is None:
+        return WebConfig()
+    if not isinstance(document, dict):
+        raise WebConfigError(f"{path}: want a mapping at the top")
+    unknown = set(document) - _TOP_KEYS
+    if unknown:
+        raise WebConfigError(f"{path}: unknown or unsupported field {sorted(unknown)[0]!r}")
+    base = os.path.dirname(os.path.abspath(path))
+    config = WebConfig()
+    tls = document.get("tls_server_config")
+    if tls is not None:
+        config.tls = _tls_context(path, base, tls)
+    users = document.get("basic_auth_users") or {}
+    if not isinstance(users, dict):
+        raise WebConfigError(f"{path}: basic_auth_users: want user: bcrypt-hash pairs")
+    for user, hashed in users.items():
+        encoded = str(hashed).encode()
+        try:
+            bcrypt.checkpw(b"", encoded)
+        except ValueError:
+            raise WebConfigError(f"{path}: basic_auth_users: {user}: not a bcrypt hash") from None
+        config.users[str(user)] = encoded
+    return config
+
+
+def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
+    if not isinstance(tls, dict):
+        raise WebConfigError(f"{path}: tls_server_config: want a mapping")
+    unknown = set(tls) - _TLS_KEYS
+    if unknown:
+        raise WebConfigError(
+            f"{path}: tls_server_config: unknown or unsupported field {sorted(unknown)[0]!r}"
+        )
+    if not tls.get("cert_file") or not tls.get("key_file"):
+        raise WebConfigError(f"{path}: tls_server_config: cert_file and key_file are required")
+
+    def resolve(name: str) -> str:
+        return os.path.join(base, str(tls[name]))
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _VERSIONS.get(str(tls.get("min_version", "TLS12"))) or _bad(
+        path, "min_version", tls.get("min_version")
+    )
+    if "max_version" in tls:
+        context.maximum_version = _VERSIONS.get(str(tls["max_version"])) or _bad(
+            path, "max_version", tls["max_version"]
+        )
+    try:
+        context.load_cert_chain(resolve("cert_file"), resolve("key_file"))
+    except (OSError, ssl.SSLError) as error:
+        reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or error
+        raise WebConfigError(
+            f"{path}: tls_server_config: cannot load cert_file/key_file: {reason}"
+        ) from None
+    auth = str(tls.get("client_auth_type", "NoClientCert"))
+    if auth not in _CLIENT_AUTH:
+        _bad(path, "client_auth_type", auth)
+    context.verify_mode = _CLIENT_AUTH[auth]
+    if "client_ca_file" in tls:
+        try:
+            context.load_verify_locations(resolve("client_ca_file"))
+        except (OSError, ssl.SSLError) as error:
+            reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or error
+            raise WebConfigError(
+                f"{path}: tls_server_config: cannot load client_ca_file: {reason}"
+            ) from None
+    elif auth in ("RequireAndVerifyClientCert", "VerifyClientCertIfGiven"):
+        raise WebConfigError(f"{path}: tls_server_config: {auth} needs a client_ca_file")
+    return context
+
+
+def _bad(path: str, name: str, value: object):
+    raise WebConfigError(f"{path}: tls_server_config: {name}: unsupported value {value!r}")

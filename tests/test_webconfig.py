@@ -1,0 +1,190 @@
+"""Access control like the official exporters: `--web.config.file` with TLS and bcrypt
+basic auth, against a real `procdelta serve`, with certificates made by openssl."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import shutil
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from collector import webconfig
+from tests.net import free_port, wait_until
+from tests.test_cli import assert_one_line_error
+
+PASSWORD = "s3cret pass"
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    binary = shutil.which("openssl")
+    assert binary, "openssl is needed to make the test certificates"
+    subprocess.run([binary, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed."""
+    d = tmp_path_factory.mktemp("pki")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=procdelta test CA", "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
+                            ("client", "extendedKeyUsage=clientAuth")):  # fmt: skip
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)  # fmt: skip
+        (d / f"{name}.ext").write_text(extension + "\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext",
+                "-out", f"{name}.crt", cwd=d)  # fmt: skip
+    return d
+
+
+def write_config(directory: Path, text: str) -> Path:
+    path = directory / "web.yml"
+    path.write_text(text)
+    return path
+
+
+def users_block() -> str:
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
+    return f"basic_auth_users:\n  alice: '{hashed}'\n"
+
+
+def start(config: Path):
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--interval", "1",
+         "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return process, port
+
+
+def client_context(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if with_cert:
+        context.load_cert_chain(str(pki / "client.crt"), str(pki / "client.key"))
+    return context
+
+
+def get(port: int, context: ssl.SSLContext | None, user: str | None = None,
+        password: str = PASSWORD) -> int:  # fmt: skip
+    if context is None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    else:
+        connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    headers = {}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    try:
+        connection.request("GET", "/metrics", headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_tls_and_basic_auth(pki):
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          "  key_file: server.key\n" + users_block())  # fmt: skip
+    process, port = start(config)
+    try:
+        context = client_context(pki)
+        wait_until(lambda: get(port, context, "alice") == 200, 30, "TLS with credentials")
+        assert get(port, context) == 401
+        assert get(port, context, "alice", "wrong") == 401
+        assert get(port, context, "mallory") == 401
+        assert get(port, context, "alice") == 200
+        with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+            get(port, None, "alice")  # plain HTTP to the TLS port is refused
+        assert get(port, context, "alice") == 200  # and did not hurt the server
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert "tls=True basic_auth=True" in stderr
+
+
+def test_client_certificates_required(pki):
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          "  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n"
+                          "  client_ca_file: ca.crt\n")  # fmt: skip
+    process, port = start(config)
+    try:
+        with_cert = client_context(pki, with_cert=True)
+        wait_until(lambda: get(port, with_cert) == 200, 30, "TLS with a client certificate")
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+            get(port, client_context(pki))
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+def test_basic_auth_without_tls(tmp_path):
+    process, port = start(write_config(tmp_path, users_block()))
+    try:
+        wait_until(lambda: get(port, None, "alice") == 200, 30, "basic auth")
+        assert get(port, None) == 401
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", ["cert_file"]),
+        ("tls_server_config:\n  cert_file: server.crt\n", ["key_file"]),
+        ("basic_auth_users:\n  alice: plaintext\n", ["alice", "bcrypt"]),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            "  client_auth_type: Sometimes\n",
+            ["client_auth_type"],
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            "  client_auth_type: RequireAndVerifyClientCert\n",
+            ["client_ca_file"],
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+            ["cipher_suites"],
+        ),
+        ("http_server_config:\n  http2: false\n", ["http_server_config"]),
+        ("[not, a, mapping]\n", ["mapping"]),
+        ("basic_auth_users: {\n", ["YAML"]),
+    ],
+)
+def test_an_invalid_web_config_is_one_clear_error_at_start_up(pki, tmp_path, text, words):
+    for name in ("server.crt", "server.key"):
+        shutil.copy(pki / name, tmp_path / name)
+    config = write_config(tmp_path, text)
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--web.listen-address", "127.0.0.1:0",
+         "--web.config.file", str(config)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert_one_line_error(result, "--web.config.file", *words)
+
+
+def test_a_missing_web_config_file(tmp_path):
+    with pytest.raises(webconfig.WebConfigError, match="No such file"):
+        webconfig.load(str(tmp_path / "absent.yml"))
+
+
+def test_verified_credentials_are_remembered():
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
+    config = webconfig.WebConfig(users={"bob": hashed})
+    header = "Basic " + base64.b64encode(b"bob:pw").decode()
+    assert config.authorized(header) and config.authorized(header)
+    assert len(config._verified) == 1
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:other").decode())
+    assert not config.authorized("Basic !!!not-base64")
+    assert not config.authorized("Bearer token")
