@@ -63,6 +63,9 @@ def test_a_reused_pid_never_mixes_two_processes():
         first = reader.read_pass()
         tracker.advance(first.readings, first.listed_at_ns)
         pid = old.pid
+        # Start times have a tick's resolution (10 ms): let the new process start ticks
+        # after this pass began listing, so that its birth is provable.
+        time.sleep(0.05)
     finally:
         old.kill()
         old.wait()
