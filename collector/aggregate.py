@@ -32,17 +32,20 @@ def group_pass(
 ) -> Grouped:
     """Sum each process's delta and footprint into its group.
 
-    A process whose cgroup file does not parse is left out of both and reported.
+    Every process read whole has a footprint, so its group is found once, there. A process
+    whose cgroup file does not parse is left out of both and reported.
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
     malformed: set[int] = set()
+    group_of_pid: dict[int, Group | None] = {}
     for seen in footprints:
         try:
             group = grouper.group_of(seen.cgroup)
         except Malformed:
             malformed.add(seen.pid)
             continue
+        group_of_pid[seen.pid] = group
         if group is None:
             continue
         footprint = sums.get(group)
@@ -52,10 +55,8 @@ def group_pass(
         footprint.threads += seen.threads
         footprint.rss_bytes += seen.rss_bytes
     for delta in deltas:
-        if delta.reading.pid in malformed:
-            continue
-        group = grouper.group_of(delta.reading.cgroup)
-        if group is None:
+        group = group_of_pid.get(delta.reading.pid)
+        if group is None:  # dropped by --pods-only, or its cgroup file is malformed
             continue
         interval = intervals.get(group)
         if interval is None:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from collector.model import CgroupLine, Malformed
+from collector.model import CgroupLine
 from collector.parse import parse_cgroup
 
 log = logging.getLogger(__name__)
@@ -240,9 +240,6 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
-
-
 class Grouper:
     """Turns a process's cgroup bytes into its `Group`, with names from `PodNames`."""
 
@@ -286,19 +283,3 @@ class Grouper:
             labels.append(("container", self.names.container(pod.container_id) or ""))
             labels.append(("container_id", pod.container_id))
         return Group("pod", tuple(labels))
-
-
-__all__ = [
-    "QOS_CLASSES",
-    "Classified",
-    "Group",
-    "Grouper",
-    "Malformed",
-    "PodInfo",
-    "PodNames",
-    "PodRef",
-    "classify",
-    "group_path",
-    "pod_from_path",
-    "strip_namespace_prefix",
-]

@@ -62,13 +62,6 @@ class ProcFS:
         """The process directories present now. Raises OSError if the root is unreadable."""
         return _numeric_entries(self.root)
 
-    def tids(self, pid: int) -> list[int]:
-        """The threads of `pid` (its `task/` directory)."""
-        try:
-            return _numeric_entries(f"{self.root}/{pid}/task")
-        except OSError as error:
-            raise _translate(error) from None
-
     def threads(self, pid: int) -> list[tuple[int, int]]:
         """(tid, inode of `task/<tid>`) for each thread of `pid`, from one directory read.
 
@@ -95,16 +88,6 @@ class ProcFS:
 
         return read_thread_file
 
-    def read(self, relative: str) -> bytes:
-        """The bytes of `<root>/<relative>`, e.g. `read("42/stat")`."""
-        return self._read(f"{self.root}/{relative}")
-
     def process_file(self, pid: int, name: str) -> bytes:
-        return self._read(f"{self.root}/{pid}/{name}")
-
-    def thread_file(self, pid: int, tid: int, name: str) -> bytes:
-        return self._read(f"{self.root}/{pid}/task/{tid}/{name}")
-
-    @staticmethod
-    def _read(path: str) -> bytes:
-        return _read_whole(path)
+        """The bytes of `<root>/<pid>/<name>`, e.g. `stat`."""
+        return _read_whole(f"{self.root}/{pid}/{name}")

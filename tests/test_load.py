@@ -6,12 +6,10 @@ them with PROCDELTA_STORM_SECONDS and PROCDELTA_LOAD_SECONDS.
 
 from __future__ import annotations
 
-import http.client
 import os
 import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,7 +18,7 @@ import psutil
 import pytest
 
 from tests.cgroups import cgroup
-from tests.net import free_port, wait_until
+from tests.net import free_port, request, start_serve, wait_until
 from tests.test_reliability import passes, scrape, value
 
 pytestmark = pytest.mark.kernel
@@ -37,17 +35,9 @@ def forks_since_boot() -> int:
     raise AssertionError("no processes line in /proc/stat")
 
 
-def serve(port: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--interval", "1",
-         "--web.listen-address", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
 def test_fork_exit_storm(capsys):
     port = free_port()
-    collector = serve(port)
+    collector = start_serve(port)
     uid = str(uuid.uuid4())
     path = (
         "kubepods.slice/kubepods-besteffort.slice/"
@@ -69,7 +59,7 @@ def test_fork_exit_storm(capsys):
             statuses = []
             while any(s.poll() is None for s in storms):
                 try:
-                    statuses.append(http_status(port))
+                    statuses.append(request(port)[0])
                 except OSError as error:
                     statuses.append(repr(error))
                 time.sleep(0.5)
@@ -106,20 +96,9 @@ def test_fork_exit_storm(capsys):
     assert abs(rss_after - rss_before) <= 5 * 1024 * 1024
 
 
-def http_status(port: int) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request("GET", "/metrics")
-        response = connection.getresponse()
-        response.read()
-        return response.status
-    finally:
-        connection.close()
-
-
 def test_many_scrapers_and_idle_connections(capsys):
     port = free_port()
-    collector = serve(port)
+    collector = start_serve(port)
     idle: list[socket.socket] = []
     try:
         wait_until(lambda: passes(port) >= 2, 30, "two passes")
@@ -134,7 +113,7 @@ def test_many_scrapers_and_idle_connections(capsys):
             while time.time() < deadline:
                 began = time.perf_counter()
                 try:
-                    status = http_status(port)
+                    status = request(port)[0]
                 except OSError as error:  # a timeout or a refused connection: a failure
                     status = repr(error)
                 elapsed = time.perf_counter() - began

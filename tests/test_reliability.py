@@ -17,7 +17,7 @@ from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
 from tests.cgroups import cgroup
-from tests.net import free_port, http_get, wait_until
+from tests.net import free_port, http_get, start_serve, wait_until
 
 pytestmark = pytest.mark.kernel
 
@@ -107,14 +107,6 @@ def value(samples: dict, name: str, **labels) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
-def start_serve(port: int, *extra: str, preexec=None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--interval", "1",
-         "--web.listen-address", f"127.0.0.1:{port}", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def busy_group(request):
     """A busy process alone in a cgroup of its own; yields its cgroup label. With
@@ -144,12 +136,14 @@ def test_restart_starts_counters_from_zero_and_intervals_after_one_pass(busy_gro
         assert total_before and total_before > 1e9
         serve.send_signal(signal.SIGKILL)
         serve.wait()
-        serve = start_serve(port)
+        # 3 s between passes: the page of the first pass is surely scraped before the next
+        serve = start_serve(port, interval="3")
         wait_until(lambda: passes(port) >= 1, 30, "the first pass after the restart")
         first = scrape(port)
-        if value(first, "procdelta_passes_total") == 1:
-            # one pass: nothing to subtract yet, so no interval and counters at zero
-            assert value(first, "procdelta_interval_processes", cgroup=busy_group) is None
+        assert value(first, "procdelta_passes_total") == 1
+        # one pass: nothing to subtract from yet, so no interval and no counter series
+        assert value(first, "procdelta_interval_processes", cgroup=busy_group) is None
+        assert value(first, "procdelta_on_cpu_nanos_total", cgroup=busy_group) is None
         wait_until(lambda: passes(port) >= 2, 30, "the second pass after the restart")
         second = scrape(port)
         assert value(second, "procdelta_interval_processes", cgroup=busy_group) == 1
@@ -162,21 +156,22 @@ def test_restart_starts_counters_from_zero_and_intervals_after_one_pass(busy_gro
 
 def test_a_stalled_collector_reports_one_long_interval(busy_group):
     port = free_port()
-    serve = start_serve(port)
+    # 2 s between passes: the first pass after the stall is scraped before the next one
+    serve = start_serve(port, interval="2")
     try:
         wait_until(lambda: passes(port) >= 3, 30, "three passes")
         stalled_at = passes(port)
         serve.send_signal(signal.SIGSTOP)
-        time.sleep(3.5)
+        time.sleep(6.5)  # more than three intervals
         serve.send_signal(signal.SIGCONT)
         wait_until(lambda: passes(port) >= stalled_at + 1, 30, "a pass after the stall")
         samples = scrape(port)
     finally:
         serve.kill()
         serve.wait()
+    assert value(samples, "procdelta_passes_total") == stalled_at + 1
     interval = value(samples, "procdelta_interval_seconds")
-    if value(samples, "procdelta_passes_total") == stalled_at + 1:
-        assert interval >= 3.4, "the first pass after the stall covers the whole stall"
+    assert interval >= 6.4, "the first pass after the stall covers the whole stall"
     observed = value(samples, "procdelta_interval_observed_nanos", cgroup=busy_group)
     # one process observed for the whole interval, to within the gap between listing
     # and reading it
@@ -188,11 +183,7 @@ def test_a_stalled_collector_reports_one_long_interval(busy_group):
 @pytest.mark.parametrize("busy_group", [False], indirect=True)
 def test_without_privileges_it_says_so_once_and_exports_what_it_can(busy_group):
     port = free_port()
-    serve = subprocess.Popen(
-        [*DROP_CAPABILITIES, sys.executable, "-m", "collector", "serve", "--interval", "1",
-         "--web.listen-address", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    serve = start_serve(port, prefix=tuple(DROP_CAPABILITIES))
     try:
         wait_until(lambda: passes(port) >= 3, 30, "three passes")
         samples = scrape(port)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import http.client
 import os
 import signal
 import socket
@@ -23,7 +22,7 @@ from collector.exporter import PassLoop, make_server, parse_listen_address, want
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
 from tests.fixturetree import PASS1
-from tests.net import free_port, wait_until
+from tests.net import free_port, request, start_serve, wait_until
 from tests.promtools import check_metrics
 from tests.test_cli import assert_one_line_error
 
@@ -58,26 +57,16 @@ class CountingEngine:
 
 
 @contextlib.contextmanager
-def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[tuple[str, int]]:
+def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[int]:
     server = make_server("127.0.0.1:0", loop, path)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield server.server_address[:2]
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
-
-
-def get(address, path, headers=None) -> tuple[int, dict[str, str], bytes]:
-    connection = http.client.HTTPConnection(*address, timeout=10)
-    try:
-        connection.request("GET", path, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        connection.close()
 
 
 # Every series of these families equals N on the page of CountingEngine's pass N.
@@ -96,7 +85,7 @@ def test_every_scrape_is_one_consistent_snapshot_while_passes_run():
 
     def scraper() -> None:
         for _ in range(60):
-            status, _, body = get(address, "/metrics")
+            status, _, body = request(port, "/metrics")
             if status != 200:
                 failures.append(f"status {status}")
                 continue
@@ -111,7 +100,7 @@ def test_every_scrape_is_one_consistent_snapshot_while_passes_run():
             seen_passes.update(values)
 
     try:
-        with serving(loop) as address:
+        with serving(loop) as port:
             threads = [threading.Thread(target=scraper) for _ in range(8)]
             for thread in threads:
                 thread.start()
@@ -127,32 +116,32 @@ def test_a_scrape_never_advances_the_cache():
     engine = CountingEngine()
     loop = PassLoop(engine, interval=60)
     loop.run_pass()
-    with serving(loop) as address:
+    with serving(loop) as port:
         for _ in range(5):
-            assert get(address, "/metrics")[0] == 200
+            assert request(port, "/metrics")[0] == 200
     assert engine.passes == 1
 
 
 def test_content_negotiation_gzip_and_routes():
     loop = PassLoop(CountingEngine(groups=3), interval=60)
     loop.run_pass()
-    with serving(loop, "/custom") as address:
-        status, headers, body = get(address, "/custom")
+    with serving(loop, "/custom") as port:
+        status, headers, body = request(port, "/custom")
         assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
         result = check_metrics(body)
         assert result.returncode == 0, result.stdout + result.stderr
-        status, headers, body = get(
-            address, "/custom", {"Accept": "application/openmetrics-text;version=1.0.0,*/*;q=0.1"}
+        status, headers, body = request(
+            port, "/custom", {"Accept": "application/openmetrics-text;version=1.0.0,*/*;q=0.1"}
         )
         assert headers["Content-Type"].startswith("application/openmetrics-text")
         assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
-        status, headers, body = get(address, "/custom", {"Accept-Encoding": "gzip"})
+        status, headers, body = request(port, "/custom", {"Accept-Encoding": "gzip"})
         assert headers["Content-Encoding"] == "gzip"
         plain = gzip.decompress(body)
         assert b"procdelta_passes_total 1" in plain and b"process_cpu_seconds_total" in plain
-        assert get(address, "/")[0] == 200 and b'href="/custom"' in get(address, "/")[2]
-        assert get(address, "/metrics")[0] == 404
-        assert get(address, "/healthz")[0] == 200
+        assert request(port, "/")[0] == 200 and b'href="/custom"' in request(port, "/")[2]
+        assert request(port, "/metrics")[0] == 404
+        assert request(port, "/healthz")[0] == 200
 
 
 def test_health_follows_the_passes():
@@ -201,21 +190,12 @@ def test_wants_openmetrics():
     assert not wants_openmetrics(None)
 
 
-def serve_process(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly_within_a_second(signum):
     port = free_port()
-    process = serve_process("--interval", "0.5", "--web.listen-address", f"127.0.0.1:{port}")
+    process = start_serve(port, interval="0.5")
     try:
-        wait_until(lambda: get(("127.0.0.1", port), "/healthz")[0] == 200, 20, "healthy")
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 20, "healthy")
         began = time.monotonic()
         process.send_signal(signum)
         process.wait(timeout=5)

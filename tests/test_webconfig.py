@@ -15,7 +15,7 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from tests.net import free_port, wait_until
+from tests.net import free_port, request, start_serve, wait_until
 from tests.test_cli import assert_one_line_error
 
 PASSWORD = "s3cret pass"
@@ -57,12 +57,7 @@ def users_block() -> str:
 
 def start(config: Path):
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--interval", "1",
-         "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", str(config)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    return process, port
+    return start_serve(port, "--web.config.file", str(config)), port
 
 
 def client_context(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
@@ -74,21 +69,11 @@ def client_context(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
 
 def get(port: int, context: ssl.SSLContext | None, user: str | None = None,
         password: str = PASSWORD) -> int:  # fmt: skip
-    if context is None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    else:
-        connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
     headers = {}
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    try:
-        connection.request("GET", "/metrics", headers=headers)
-        response = connection.getresponse()
-        response.read()
-        return response.status
-    finally:
-        connection.close()
+    return request(port, headers=headers, context=context)[0]
 
 
 def test_tls_and_basic_auth(pki):
