@@ -97,6 +97,9 @@ def main() -> None:
     threads += [
         threading.Thread(target=sleeper, args=(i,), daemon=True) for i in range(args.sleepers)
     ]
+    threads += [threading.Thread(target=idle, daemon=True) for _ in range(args.idle)]
+    if args.churn:
+        threads.append(threading.Thread(target=churn, args=(args.churn,), daemon=True))
     for thread in threads:
         thread.start()
     child = None
