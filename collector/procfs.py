@@ -16,6 +16,7 @@ from collector.model import AccessDenied, ProcError, ProcessGone
 _GONE = frozenset({errno.ENOENT, errno.ESRCH, errno.ENOTDIR})
 _DENIED = frozenset({errno.EACCES, errno.EPERM})
 _READ_SIZE = 8192
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 
 def _translate(error: OSError) -> ProcError:
@@ -29,7 +30,7 @@ def _translate(error: OSError) -> ProcError:
 def _read_whole(path: str) -> bytes:
     """The bytes of one file, OS errors translated."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, _FLAGS)
     except OSError as error:
         raise _translate(error) from None
     try:
@@ -79,12 +80,28 @@ class ProcFS:
         return found
 
     def thread_reader(self, pid: int) -> Callable[[int, str], bytes]:
-        """A reader of `task/<tid>/<name>` files of `pid`, for the per-thread hot loop."""
+        """A reader of `task/<tid>/<name>` files of `pid`, for the per-thread hot loop.
+
+        `_read_whole` written out in place: this runs up to three times per thread per
+        pass, and a Python call less per file is measurable there.
+        """
         prefix = f"{self.root}/{pid}/task/"
-        read = _read_whole
+        open_, read, close, flags, size = os.open, os.read, os.close, _FLAGS, _READ_SIZE
 
         def read_thread_file(tid: int, name: str) -> bytes:
-            return read(f"{prefix}{tid}/{name}")
+            try:
+                fd = open_(f"{prefix}{tid}/{name}", flags)
+            except OSError as error:
+                raise _translate(error) from None
+            try:
+                data = read(fd, size)
+            except OSError as error:
+                raise _translate(error) from None
+            finally:
+                close(fd)
+            if len(data) < size:
+                return data
+            return _read_whole(f"{prefix}{tid}/{name}")  # longer than any thread file
 
         return read_thread_file
 

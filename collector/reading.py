@@ -17,9 +17,11 @@ from typing import NamedTuple
 
 from collector.model import (
     AccessDenied,
+    IOBytes,
     ProcError,
     ProcessGone,
     ProcessReading,
+    Stat,
     ThreadReading,
 )
 from collector.parse import (
@@ -75,6 +77,8 @@ class _Seen(NamedTuple):
 
     reading: ProcessReading
     threads: dict[int, _ThreadSeen]
+    ran: int  # how many of its threads had run since the pass before
+    io_totals: IOBytes | None  # the process's own `io`, read before its threads, if read
 
 
 class Unreadable(ProcError):
@@ -104,6 +108,11 @@ class Reader:
     * A thread whose schedstat (on-CPU time and run count) did not move has not run, so
       its context switches and I/O bytes cannot have moved (they are counted only in the
       thread's own context): its `status` and `io` are not read again.
+    * A process whose threads ran in the last pass has its own `io` read before its
+      threads: the kernel sums it from every live thread plus the threads that exited
+      and the children reaped, all of them counters that only grow, so if it equals the
+      last pass's, no thread's storage bytes moved and threads that ran keep theirs
+      (the thread readings it is compared against were all taken after it, last pass).
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts) and then every
       `CGROUP_REVALIDATE_PASSES` passes, staggered by PID, instead of every pass.
@@ -198,12 +207,7 @@ class Reader:
             raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
-            threads, memo = self._read_threads(
-                pid,
-                stat.start_ticks,
-                previous.threads if previous is not None else {},
-                single=stat.num_threads == 1,
-            )
+            threads, memo, ran, io_totals = self._read_threads(pid, stat, previous)
         except ProcessGone:
             raise
         except ProcError as error:
@@ -213,14 +217,17 @@ class Reader:
         reading = _new(
             ProcessReading,
             (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
-             stat.major_faults, rss_bytes, cgroup, threads),
+             stat.major_faults, rss_bytes, cgroup, tuple(threads)),
         )  # fmt: skip
-        return _new(_Seen, (reading, memo))
+        return _new(_Seen, (reading, memo, ran, io_totals))
 
     def _read_threads(
-        self, pid: int, process_start: int, previous: dict[int, _ThreadSeen], single: bool
-    ) -> tuple[tuple[ThreadReading, ...], dict[int, _ThreadSeen]]:
+        self, pid: int, stat: Stat, previous: _Seen | None
+    ) -> tuple[list[ThreadReading], dict[int, _ThreadSeen], int, IOBytes | None]:
         """Every thread of a process; the hot loop of a pass, so written for speed.
+
+        Returns the thread readings and what the next pass needs: the threads seen, how
+        many had run, and the process's `io` totals if they were read.
 
         A process whose `stat` counts one thread is its own only thread, the leader, known
         by the process's start time: its `task/` directory is not listed. (A thread born
@@ -230,11 +237,25 @@ class Reader:
         keep = self.incremental
         threads: list[ThreadReading] = []
         memo: dict[int, _ThreadSeen] = {}
-        listing = [(pid, _LEADER)] if single else self.procfs.threads(pid)
+        process_start = stat.start_ticks
+        listing = [(pid, _LEADER)] if stat.num_threads == 1 else self.procfs.threads(pid)
+        if previous is None:
+            known: dict[int, _ThreadSeen] = {}
+            io_totals = None
+            io_still = False
+        else:
+            known = previous.threads
+            io_totals = (
+                parse_io(self.procfs.process_file(pid, "io"))
+                if previous.ran > 1 and len(listing) > 1
+                else None
+            )
+            io_still = io_totals is not None and io_totals == previous.io_totals
+        ran = 0
         for tid, ino in listing:
             try:
                 raw = read(tid, "schedstat")
-                old = previous.get(tid)
+                old = known.get(tid)
                 if old is not None and old.ino == ino:  # the same thread as last pass
                     if old.schedstat == raw:  # not run, not waited: nothing moved
                         threads.append(old.reading)
@@ -259,8 +280,12 @@ class Reader:
                     )
                     read_bytes, write_bytes = before.read_bytes, before.write_bytes
                 else:
+                    ran += 1
                     voluntary, nonvoluntary = parse_status_switches(read(tid, "status"))
-                    read_bytes, write_bytes = parse_io(read(tid, "io"))
+                    if io_still and before is not None:
+                        read_bytes, write_bytes = before.read_bytes, before.write_bytes
+                    else:
+                        read_bytes, write_bytes = parse_io(read(tid, "io"))
                 # tuple.__new__ builds the NamedTuple without its Python-level __new__.
                 reading = _new(
                     ThreadReading,
@@ -272,4 +297,4 @@ class Reader:
             threads.append(reading)
             if keep:
                 memo[tid] = _new(_ThreadSeen, (ino, raw, reading))
-        return tuple(threads), memo
+        return threads, memo, ran, io_totals

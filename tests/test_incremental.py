@@ -87,8 +87,8 @@ def test_fixture_tree_changed_in_place(tmp_path):
     write(root / "200/task/200/schedstat", "950000000 9000000 150\n")
     write(root / "200/task/200/status", "Name:\tjava\nvoluntary_ctxt_switches:\t40\n"
           "nonvoluntary_ctxt_switches:\t9\n")  # fmt: skip
-    write(root / "200/task/200/io", "rchar: 1\nwchar: 1\nsyscr: 1\nsyscw: 1\n"
-          "read_bytes: 16384\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n")  # fmt: skip
+    write(root / "200/task/200/io", io_text(16384, 4096))
+    write(root / "200/io", io_text(8192 + 16384, 1000000 + 4096))  # the process sums them
     write(root / "200/task/201/schedstat", "40000000 2500000 90\n")
     # 1100's thread 1101 exited and its TID went to a new thread: a new directory, with a
     # new inode number (made before the old one goes, as procfs never reuses them soon).
@@ -105,15 +105,44 @@ def test_fixture_tree_changed_in_place(tmp_path):
     step(1002 * SEC)
     step(1003 * SEC)
 
+    # Both of 200's threads run, pass after pass. From the second such pass its own `io`
+    # is read before its threads; from the third, when it has not moved, no thread's
+    # `io` is read, and when it has, every thread that ran has its `io` read again.
+    io_reads = []
+    for n, (leader_io, total_io) in enumerate(
+        [(None, None), (None, None), (None, None), ((16384, 8192), (24576, 1008192)), (None, None)]
+    ):
+        write(root / "200/task/200/schedstat", f"{960000000 + n} 9000000 {151 + n}\n")
+        write(root / "200/task/201/schedstat", f"{41000000 + n} 2500000 {91 + n}\n")
+        if leader_io is not None:
+            write(root / "200/task/200/io", io_text(*leader_io))
+            write(root / "200/io", io_text(*total_io))
+        before = dict(fast_fs.reads)
+        step((1004 + n) * SEC)
+        io_reads.append(fast_fs.reads.get("task/io", 0) - before.get("task/io", 0))
+    assert io_reads == [2, 2, 0, 2, 0]
+
+
+def io_text(read_bytes: int, write_bytes: int) -> str:
+    return (
+        "rchar: 1\nwchar: 1\nsyscr: 1\nsyscw: 1\n"
+        f"read_bytes: {read_bytes}\nwrite_bytes: {write_bytes}\ncancelled_write_bytes: 0\n"
+    )
+
 
 @pytest.mark.kernel
 def test_live_workload_frozen_between_reads(tmp_path):
     """Both readers over the same frozen process table, round after round."""
     path = f"procdelta-test-{uuid.uuid4().hex[:8]}"
     workload = ("--busy", "1", "--sleepers", "1", "--idle", "6", "--churn", str(tmp_path))
-    with cgroup("v2", path) as sandbox, Workload(sandbox, *workload):
+    quiet = ("--busy", "1", "--sleepers", "2")  # threads that run and never do storage I/O
+    with (
+        cgroup("v2", path) as sandbox,
+        Workload(sandbox, *workload),
+        Workload(sandbox, *quiet),
+    ):
         full, fast, fast_fs = both("/proc")
-        skipped_rounds = 0
+        skipped_rounds = io_skipped_rounds = 0
         for round_ in range(12):
             freeze(sandbox, True)
             try:
@@ -130,8 +159,11 @@ def test_live_workload_frozen_between_reads(tmp_path):
             read_now = {k: v - before.get(k, 0) for k, v in fast_fs.reads.items()}
             if read_now.get("task/status", 0) < read_now.get("task/schedstat", 0):
                 skipped_rounds += 1
+            if read_now.get("task/io", 0) < read_now.get("task/status", 0):
+                io_skipped_rounds += 1
             time.sleep(0.15)
     assert skipped_rounds >= 10, "the incremental reader should have skipped idle threads"
+    assert io_skipped_rounds >= 8, "the quiet process's threads ran and kept their I/O bytes"
 
 
 def freeze(path: str, frozen: bool) -> None:
