@@ -48,9 +48,13 @@ def _read_whole(path: str) -> bytes:
         os.close(fd)
 
 
-def _numeric_entries(path: str) -> list[int]:
-    """The numeric entries of a directory, in ascending order (passes are reproducible)."""
-    return sorted(int(name) for name in os.listdir(path) if name.isdigit())
+def _numeric_entries(path: str) -> list[tuple[int, int]]:
+    """(number, inode) of the numeric entries of a directory, ascending (passes are
+    reproducible). One directory read: the inode numbers come with the names."""
+    with os.scandir(path) as entries:
+        found = [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+    found.sort()
+    return found
 
 
 class ProcFS:
@@ -59,8 +63,13 @@ class ProcFS:
     def __init__(self, root: str = "/proc"):
         self.root = root.rstrip("/") or "/"
 
-    def pids(self) -> list[int]:
-        """The process directories present now. Raises OSError if the root is unreadable."""
+    def processes(self) -> list[tuple[int, int]]:
+        """(pid, inode of `<pid>`) of each process directory present now.
+
+        As for threads (below), the kernel gives a process directory a fresh inode
+        number when it makes it, so an unchanged number means the same process. Raises
+        OSError if the root itself cannot be listed.
+        """
         return _numeric_entries(self.root)
 
     def threads(self, pid: int) -> list[tuple[int, int]]:
@@ -72,12 +81,9 @@ class ProcFS:
         number (a changed number only means the entry was made anew: read again).
         """
         try:
-            with os.scandir(f"{self.root}/{pid}/task") as entries:
-                found = [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+            return _numeric_entries(f"{self.root}/{pid}/task")
         except OSError as error:
             raise _translate(error) from None
-        found.sort()
-        return found
 
     def thread_reader(self, pid: int) -> Callable[[int, str], bytes]:
         """A reader of `task/<tid>/<name>` files of `pid`, for the per-thread hot loop.

@@ -75,6 +75,7 @@ class _ThreadSeen(NamedTuple):
 class _Seen(NamedTuple):
     """What a pass saw of a process, kept for the next pass to read less."""
 
+    ino: int  # of its `<pid>` directory
     reading: ProcessReading
     threads: dict[int, _ThreadSeen]
     ran: int  # how many of its threads had run since the pass before
@@ -92,6 +93,7 @@ class Unreadable(ProcError):
 
 _new = tuple.__new__
 _LEADER = -1  # the inode stand-in of a leader known by its process's start time
+_NOT_LEADER = _ThreadSeen(0, b"", None)  # type: ignore[arg-type]
 
 CGROUP_REVALIDATE_PASSES = 8
 """A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
@@ -116,8 +118,16 @@ class Reader:
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts) and then every
       `CGROUP_REVALIDATE_PASSES` passes, staggered by PID, instead of every pass.
-      This is the one place it can lag a full read: a process migrated to another cgroup
-      later in its life is seen there within that many passes.
+      A process migrated to another cgroup later in its life is seen there within that
+      many passes.
+    * A quiet process — listed under the same `<pid>` inode, none of its threads ran in
+      the last pass, the same threads now and none of their schedstat moved — has not
+      run: its `stat` counters (CPU ticks, faults, thread count) cannot have moved, and
+      its `stat` is not read; its reading is the last one at a new instant. Its resident
+      memory (which reclaim can shrink while it sleeps) and its name are refreshed with
+      its cgroup, every `CGROUP_REVALIDATE_PASSES` passes.
+
+    Those two refreshes are the only places it can lag a full read.
 
     `incremental=False` reads every file every pass (the tests compare the two).
     """
@@ -140,16 +150,16 @@ class Reader:
     def read_pass(self) -> PassReadings:
         self._passes += 1
         listed_at = self.clock()
-        pids = self.procfs.pids()
+        listed = self.procfs.processes()
         readings: list[ProcessReading] = []
         footprints: list[Footprint] = []
         vanished = unreadable = denied = 0
         previous_pass = self._previous if self.incremental else {}
         confirmed_before, self._confirmed = self._confirmed, set()
         current: dict[int, _Seen] = {}
-        for pid in pids:
+        for pid, ino in listed:
             try:
-                seen = self._read_process(pid, previous_pass.get(pid), pid in confirmed_before)
+                seen = self._read_process(pid, ino, previous_pass.get(pid), pid in confirmed_before)
             except ProcessGone:
                 vanished += 1
                 continue
@@ -180,21 +190,29 @@ class Reader:
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
-        return self._read_process(pid, None, False).reading
+        return self._read_process(pid, 0, None, False).reading
 
-    def _read_process(self, pid: int, previous: _Seen | None, confirmed: bool) -> _Seen:
+    def _read_process(self, pid: int, ino: int, previous: _Seen | None, confirmed: bool) -> _Seen:
         """`previous` is what the last pass saw of this PID; used only for the same process."""
         procfs = self.procfs
+        revalidate = not (pid + self._passes) % CGROUP_REVALIDATE_PASSES
+        if (
+            previous is not None
+            and previous.ino == ino
+            and not previous.ran
+            and confirmed
+            and not revalidate
+        ):
+            quiet = self._read_quiet(pid, previous)
+            if quiet is not None:
+                self._confirmed.add(pid)
+                return quiet
         try:
             stat = parse_stat(procfs.process_file(pid, "stat"))
             at_ns = self.clock()
             if previous is not None and previous.reading.start_ticks != stat.start_ticks:
                 previous = None
-            if (
-                previous is not None
-                and confirmed
-                and (pid + self._passes) % CGROUP_REVALIDATE_PASSES
-            ):
+            if previous is not None and confirmed and not revalidate:
                 cgroup = previous.reading.cgroup
                 self._confirmed.add(pid)
             else:
@@ -219,7 +237,36 @@ class Reader:
             (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
              stat.major_faults, rss_bytes, cgroup, tuple(threads)),
         )  # fmt: skip
-        return _new(_Seen, (reading, memo, ran, io_totals))
+        return _new(_Seen, (ino, reading, memo, ran, io_totals))
+
+    def _read_quiet(self, pid: int, previous: _Seen) -> _Seen | None:
+        """The last pass's reading at a new instant if the process has not run since
+        (the same threads, no schedstat moved); None if it may have: read it whole."""
+        known = previous.threads
+        try:
+            if len(known) != 1 or known.get(pid, _NOT_LEADER).ino != _LEADER:
+                # Not a lone leader: the same threads, under the same inodes, or no.
+                listing = self.procfs.threads(pid)
+                if len(listing) != len(known):
+                    return None
+                for tid, ino in listing:
+                    old = known.get(tid)
+                    if old is None or old.ino != ino:
+                        return None
+            # (A lone leader that did not run started no thread: no listing needed.)
+            read = self.procfs.thread_reader(pid)
+            for tid, old in known.items():
+                if read(tid, "schedstat") != old.schedstat:
+                    return None
+        except ProcError:
+            return None  # gone, refused or malformed: the whole read says which
+        last = previous.reading
+        reading = _new(
+            ProcessReading,
+            (pid, last.comm, last.start_ticks, self.clock(), last.utime_ticks,
+             last.stime_ticks, last.major_faults, last.rss_bytes, last.cgroup, last.threads),
+        )  # fmt: skip
+        return _new(_Seen, (previous.ino, reading, known, 0, None))
 
     def _read_threads(
         self, pid: int, stat: Stat, previous: _Seen | None

@@ -83,8 +83,12 @@ class Tracker:
         for reading in readings:
             old = self._cache.get(reading.pid)
             same_process = old is not None and old.reading.start_ticks == reading.start_ticks
-            old_threads = old.threads if (old is not None and same_process) else {}
-            thread_sum, threads, thread_refusals = self._guard_threads(reading, old_threads)
+            if same_process and reading.threads is old.reading.threads:
+                # The reader's very readings of last pass (a quiet process): zero deltas.
+                thread_sum, threads, thread_refusals = Fields(), old.threads, None
+            else:
+                old_threads = old.threads if same_process else {}
+                thread_sum, threads, thread_refusals = self._guard_threads(reading, old_threads)
             cache[reading.pid] = _new(_Entry, (reading, threads))
 
             if old is not None and same_process:

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from collector.procfs import ProcFS
-from collector.reading import Reader
+from collector.reading import CGROUP_REVALIDATE_PASSES, Reader
 from collector.tracker import Tracker
 from tests.cgroups import Workload, cgroup
 from tests.fixturetree import PASS1, SEC
@@ -27,9 +27,12 @@ class CountingProcFS(ProcFS):
     def __init__(self, root: str):
         super().__init__(root)
         self.reads: dict[str, int] = {}
+        self.stat_read: set[int] = set()  # the PIDs whose `stat` was read, until cleared
 
     def process_file(self, pid, name):
         self.reads[name] = self.reads.get(name, 0) + 1
+        if name == "stat":
+            self.stat_read.add(pid)
         return super().process_file(pid, name)
 
     def thread_reader(self, pid):
@@ -65,7 +68,8 @@ def test_fixture_tree_changed_in_place(tmp_path):
     full, fast, fast_fs = both(str(root))
     tracks = (Tracker(100), Tracker(100))
 
-    def step(listed_at: int) -> None:
+    def step(listed_at: int) -> set[int]:
+        """One pass of both readers; the PIDs read whole."""
         a, b = full.read_pass(), fast.read_pass()
         assert comparable(a.readings) == comparable(b.readings)
         deltas = [
@@ -74,6 +78,7 @@ def test_fixture_tree_changed_in_place(tmp_path):
         assert [(d.reading.pid, d.fields) for d in deltas[0]] == [
             (d.reading.pid, d.fields) for d in deltas[1]
         ]
+        return {r.pid for r in a.readings}
 
     step(1000 * SEC)
     first = dict(fast_fs.reads)
@@ -82,6 +87,24 @@ def test_fixture_tree_changed_in_place(tmp_path):
     assert second.get("task/status", 0) == second.get("task/io", 0) == 0
     assert second.get("task/stat", 0) == 0
     assert second["task/schedstat"] == first["task/schedstat"]
+
+    # Still nothing: the processes are quiet, and only those due for their periodic
+    # refresh (cgroup, memory, name) have their `stat` read.
+    fast_fs.stat_read.clear()
+    seen = step(1002 * SEC)
+    due = {pid for pid in seen if not (pid + 3) % CGROUP_REVALIDATE_PASSES}
+    assert fast_fs.stat_read & seen == due
+    assert len(seen - due) >= 8
+
+    # 400 exits and a new process gets its PID, its schedstat by chance the same bytes:
+    # a new `<pid>` directory (a new inode number), so it is not taken for the old one.
+    shutil.copytree(root / "400", root / "new400")
+    write(root / "new400/stat", (root / "400/stat").read_text().replace(" 1500 ", " 100070 "))
+    shutil.rmtree(root / "400")
+    os.rename(root / "new400", root / "400")
+    fast_fs.stat_read.clear()
+    step(1003 * SEC)
+    assert 400 in fast_fs.stat_read
 
     # 200's leader ran (every counter moved); 201 only waited (run delay alone moved).
     write(root / "200/task/200/schedstat", "950000000 9000000 150\n")
@@ -102,8 +125,8 @@ def test_fixture_tree_changed_in_place(tmp_path):
     write(root / "300/task/303/stat", (PASS1 / "300/task/300/stat").read_text()
           .replace("300 (", "303 (").replace(" 1200 ", " 100020 "))  # fmt: skip
     shutil.rmtree(root / "300/task/302")
-    step(1002 * SEC)
-    step(1003 * SEC)
+    step(1004 * SEC)
+    step(1005 * SEC)
 
     # Both of 200's threads run, pass after pass. From the second such pass its own `io`
     # is read before its threads; from the third, when it has not moved, no thread's
@@ -118,7 +141,7 @@ def test_fixture_tree_changed_in_place(tmp_path):
             write(root / "200/task/200/io", io_text(*leader_io))
             write(root / "200/io", io_text(*total_io))
         before = dict(fast_fs.reads)
-        step((1004 + n) * SEC)
+        step((1006 + n) * SEC)
         io_reads.append(fast_fs.reads.get("task/io", 0) - before.get("task/io", 0))
     assert io_reads == [2, 2, 0, 2, 0]
 
@@ -135,20 +158,23 @@ def test_live_workload_frozen_between_reads(tmp_path):
     """Both readers over the same frozen process table, round after round."""
     path = f"procdelta-test-{uuid.uuid4().hex[:8]}"
     workload = ("--busy", "1", "--sleepers", "1", "--idle", "6", "--churn", str(tmp_path))
-    quiet = ("--busy", "1", "--sleepers", "2")  # threads that run and never do storage I/O
+    no_io = ("--busy", "1", "--sleepers", "2")  # threads that run and never do storage I/O
     with (
         cgroup("v2", path) as sandbox,
         Workload(sandbox, *workload),
-        Workload(sandbox, *quiet),
-    ):
+        Workload(sandbox, *no_io),
+        cgroup("v2", path + "-asleep") as bed,
+        Workload(bed, "--idle", "3") as asleep,  # never runs once started (nor frozen:
+    ):  # freezing and thawing wakes every task)
         full, fast, fast_fs = both("/proc")
-        skipped_rounds = io_skipped_rounds = 0
+        skipped_rounds = io_skipped_rounds = stat_skipped_rounds = 0
         for round_ in range(12):
             freeze(sandbox, True)
             try:
                 with open(f"{sandbox}/cgroup.procs") as procs:
-                    pids = {int(p) for p in procs.read().split()}
+                    pids = {int(p) for p in procs.read().split()} | {asleep.pid}
                 before = dict(fast_fs.reads)
+                fast_fs.stat_read.clear()
                 a, b = full.read_pass(), fast.read_pass()
             finally:
                 freeze(sandbox, False)
@@ -161,9 +187,12 @@ def test_live_workload_frozen_between_reads(tmp_path):
                 skipped_rounds += 1
             if read_now.get("task/io", 0) < read_now.get("task/status", 0):
                 io_skipped_rounds += 1
+            if asleep.pid in ours_fast and asleep.pid not in fast_fs.stat_read:
+                stat_skipped_rounds += 1
             time.sleep(0.15)
     assert skipped_rounds >= 10, "the incremental reader should have skipped idle threads"
-    assert io_skipped_rounds >= 8, "the quiet process's threads ran and kept their I/O bytes"
+    assert io_skipped_rounds >= 8, "the no-I/O process's threads ran and kept their bytes"
+    assert stat_skipped_rounds >= 6, "the sleeping process was read from its schedstat alone"
 
 
 def freeze(path: str, frozen: bool) -> None:

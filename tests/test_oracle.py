@@ -86,7 +86,7 @@ def test_start_times_of_every_process_match_psutil():
     reader = Reader(ProcFS("/proc"))
     boot = psutil.boot_time()
     compared = 0
-    for pid in ProcFS("/proc").pids():
+    for pid, _ in ProcFS("/proc").processes():
         try:
             reading = reader.read_process(pid)
             oracle = psutil.Process(pid)

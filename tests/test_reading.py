@@ -86,4 +86,4 @@ def test_malformed_files_are_unreadable_without_footprint_when_stat_is_bad(tree)
 
 def test_an_empty_or_missing_root_raises_for_the_caller():
     with pytest.raises(OSError):
-        ProcFS("/nonexistent/proc").pids()
+        ProcFS("/nonexistent/proc").processes()
