@@ -33,7 +33,8 @@ def parse_stat(data: bytes) -> Stat:
     close_paren = data.rfind(b")")
     if open_paren < 0 or close_paren < open_paren:
         raise Malformed("stat", data)
-    rest = data[close_paren + 1 :].split()
+    # Split no further than field 24: a pass parses every running process's stat.
+    rest = data[close_paren + 1 :].split(None, _STAT_FIELDS_NEEDED)
     if len(rest) < _STAT_FIELDS_NEEDED:
         raise Malformed("stat", data)
     pid = data[:open_paren].strip()
@@ -66,7 +67,7 @@ def parse_stat(data: bytes) -> Stat:
 def parse_start_ticks(data: bytes) -> int:
     """Only field 22 of a `stat` file: a thread's start time, in ticks since boot."""
     close_paren = data.rfind(b")")
-    rest = data[close_paren + 1 :].split()
+    rest = data[close_paren + 1 :].split(None, 22 - 3 + 1)
     if close_paren < 0 or len(rest) < 22 - 3 + 1:
         raise Malformed("stat", data)
     return _natural(rest[22 - 3], "stat", data)

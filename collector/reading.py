@@ -254,9 +254,10 @@ class Reader:
                     if old is None or old.ino != ino:
                         return None
             # (A lone leader that did not run started no thread: no listing needed.)
-            read = self.procfs.thread_reader(pid)
+            read = self.procfs.read
+            task = self.procfs.task_dir(pid)
             for tid, old in known.items():
-                if read(tid, "schedstat") != old.schedstat:
+                if read(b"%s%d/schedstat" % (task, tid)) != old.schedstat:
                     return None
         except ProcError:
             return None  # gone, refused or malformed: the whole read says which
@@ -280,12 +281,14 @@ class Reader:
         by the process's start time: its `task/` directory is not listed. (A thread born
         just after that `stat` read is seen from the next pass, as any mid-read birth.)
         """
-        read = self.procfs.thread_reader(pid)
+        procfs = self.procfs
+        read = procfs.read
+        task = procfs.task_dir(pid)
         keep = self.incremental
         threads: list[ThreadReading] = []
         memo: dict[int, _ThreadSeen] = {}
         process_start = stat.start_ticks
-        listing = [(pid, _LEADER)] if stat.num_threads == 1 else self.procfs.threads(pid)
+        listing = [(pid, _LEADER)] if stat.num_threads == 1 else procfs.threads(pid)
         if previous is None:
             known: dict[int, _ThreadSeen] = {}
             io_totals = None
@@ -293,7 +296,7 @@ class Reader:
         else:
             known = previous.threads
             io_totals = (
-                parse_io(self.procfs.process_file(pid, "io"))
+                parse_io(procfs.process_file(pid, "io"))
                 if previous.ran > 1 and len(listing) > 1
                 else None
             )
@@ -301,7 +304,8 @@ class Reader:
         ran = 0
         for tid, ino in listing:
             try:
-                raw = read(tid, "schedstat")
+                base = b"%s%d/" % (task, tid)
+                raw = read(base + b"schedstat")
                 old = known.get(tid)
                 if old is not None and old.ino == ino:  # the same thread as last pass
                     if old.schedstat == raw:  # not run, not waited: nothing moved
@@ -313,7 +317,7 @@ class Reader:
                 else:
                     before = None
                     # The leader's start time is the process's own: no second `stat` read.
-                    start = process_start if tid == pid else parse_start_ticks(read(tid, "stat"))
+                    start = process_start if tid == pid else parse_start_ticks(read(base + b"stat"))
                 on_cpu, run_delay, timeslices = parse_schedstat(raw)
                 if (
                     before is not None
@@ -328,11 +332,11 @@ class Reader:
                     read_bytes, write_bytes = before.read_bytes, before.write_bytes
                 else:
                     ran += 1
-                    voluntary, nonvoluntary = parse_status_switches(read(tid, "status"))
+                    voluntary, nonvoluntary = parse_status_switches(read(base + b"status"))
                     if io_still and before is not None:
                         read_bytes, write_bytes = before.read_bytes, before.write_bytes
                     else:
-                        read_bytes, write_bytes = parse_io(read(tid, "io"))
+                        read_bytes, write_bytes = parse_io(read(base + b"io"))
                 # tuple.__new__ builds the NamedTuple without its Python-level __new__.
                 reading = _new(
                     ThreadReading,

@@ -22,27 +22,22 @@ from tests.fixturetree import PASS1, SEC
 
 
 class CountingProcFS(ProcFS):
-    """A ProcFS that counts the files it reads, by name."""
+    """A ProcFS that counts the files it reads, by name (`task/<name>` for a thread's)."""
 
     def __init__(self, root: str):
         super().__init__(root)
         self.reads: dict[str, int] = {}
-        self.stat_read: set[int] = set()  # the PIDs whose `stat` was read, until cleared
+        self.stat_read: set[int] = set()  # the PIDs whose own `stat` was read, until cleared
 
-    def process_file(self, pid, name):
+    def read(self, path):
+        directory, name = os.fsdecode(path).rsplit("/", 1)
+        parent, number = directory.rsplit("/", 1)
+        if parent.endswith("/task"):
+            name = "task/" + name
+        elif name == "stat":
+            self.stat_read.add(int(number))
         self.reads[name] = self.reads.get(name, 0) + 1
-        if name == "stat":
-            self.stat_read.add(pid)
-        return super().process_file(pid, name)
-
-    def thread_reader(self, pid):
-        read = super().thread_reader(pid)
-
-        def counting(tid, name):
-            self.reads["task/" + name] = self.reads.get("task/" + name, 0) + 1
-            return read(tid, name)
-
-        return counting
+        return super().read(path)
 
 
 def comparable(readings) -> dict:

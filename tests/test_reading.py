@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -54,15 +55,11 @@ def test_every_thread_gone_means_the_process_is_gone(tree):
 class DeniedIO(ProcFS):
     """A ProcFS whose `io` files answer EACCES, as without ptrace rights over a process."""
 
-    def thread_reader(self, pid):
-        read = super().thread_reader(pid)
-
-        def denying(tid, name):
-            if name == "io" and pid in (200, 300):
-                raise AccessDenied(f"{pid}/task/{tid}/io")
-            return read(tid, name)
-
-        return denying
+    def read(self, path):
+        pid = int(os.fsdecode(path)[len(self.root) + 1 :].split("/")[0])
+        if path.endswith(b"/io") and pid in (200, 300):
+            raise AccessDenied(os.fsdecode(path))
+        return super().read(path)
 
 
 def test_an_unreadable_process_keeps_its_footprint_and_is_counted(tree):
