@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
 from collections import Counter
@@ -43,6 +45,25 @@ class PassResult:
         )
 
 
+@contextlib.contextmanager
+def _collector_held():
+    """The cyclic garbage collector off for the span of a pass.
+
+    A pass makes tens of thousands of short-lived tuples, freed by reference counting;
+    the collector would otherwise scan the cache's long-lived objects every few hundred
+    allocations (measured: ~5% of a busy pass). Cycles made meanwhile wait for the
+    next collection after it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class Engine:
     """Owns the reader, the guard and the grouper; `run_pass()` does one complete pass."""
 
@@ -66,12 +87,13 @@ class Engine:
 
     def run_pass(self) -> PassResult:
         began = self.timer()
-        self.grouper.refresh()
-        readings = self.reader.read_pass()
-        advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
-        grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
-        # Frozen per-group sums: nothing published is touched again.
-        self.totals.add_pass(grouped.intervals, grouped.footprints.keys())
+        with _collector_held():
+            self.grouper.refresh()
+            readings = self.reader.read_pass()
+            advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
+            grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
+            # Frozen per-group sums: nothing published is touched again.
+            self.totals.add_pass(grouped.intervals, grouped.footprints.keys())
 
         dropped: Counter[str] = Counter(advance.refused)
         dropped["unreadable"] += readings.unreadable + len(grouped.malformed_pids)
