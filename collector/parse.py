@@ -6,10 +6,20 @@ exactly; none touches the filesystem.
 
 from __future__ import annotations
 
+import re
+
 from collector.model import CgroupLine, IOBytes, Malformed, SchedStat, Stat, Switches
 
 # Field N of proc(5)'s stat list sits at index N - 3 once the line is cut after `comm`.
 _STAT_FIELDS_NEEDED = 24 - 3 + 1
+
+# The kernel's exact layouts, one compiled pattern each, tried first on the files read per
+# thread per pass (bytes patterns: \d is [0-9] only); anything else is parsed the general
+# way, which also says what is malformed.
+_SCHEDSTAT = re.compile(rb"(\d+) (\d+) (\d+)\n")
+_SWITCHES = re.compile(rb"\nvoluntary_ctxt_switches:\t(\d+)\nnonvoluntary_ctxt_switches:\t(\d+)\n")
+_SWITCHES_SPAN = 128  # the two lines end the file: searched for in its last bytes
+_IO = re.compile(rb"\nread_bytes: (\d+)\nwrite_bytes: (\d+)\n")
 
 # Readings are built with tuple.__new__, not through the NamedTuple's Python-level
 # __new__: the same object, at a fraction of the cost, on a path run per thread per pass.
@@ -75,6 +85,9 @@ def parse_start_ticks(data: bytes) -> int:
 
 def parse_schedstat(data: bytes) -> SchedStat:
     """`schedstat`: on-CPU ns, run-delay ns, timeslices (Documentation/scheduler/sched-stats)."""
+    match = _SCHEDSTAT.fullmatch(data)
+    if match is not None:
+        return _new(SchedStat, (int(match[1]), int(match[2]), int(match[3])))
     parts = data.split()
     if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()):
         raise Malformed("schedstat", data)
@@ -99,16 +112,9 @@ def _line_value(data: bytes, key: bytes, what: str) -> int:
 
 def parse_status_switches(data: bytes) -> Switches:
     """The two context-switch lines of `status`; every other line is ignored."""
-    # Fast path: on every kernel that has them they are the file's last two lines.
-    tail = data[data.rfind(b"\nvoluntary_ctxt_switches:") + 1 :].split()
-    if (
-        len(tail) == 4
-        and tail[0] == b"voluntary_ctxt_switches:"
-        and tail[2] == b"nonvoluntary_ctxt_switches:"
-        and tail[1].isdigit()
-        and tail[3].isdigit()
-    ):
-        return _new(Switches, (int(tail[1]), int(tail[3])))
+    match = _SWITCHES.search(data, len(data) - _SWITCHES_SPAN)
+    if match is not None:
+        return _new(Switches, (int(match[1]), int(match[2])))
     return Switches(
         _line_value(data, b"\nvoluntary_ctxt_switches:", "status"),
         _line_value(data, b"\nnonvoluntary_ctxt_switches:", "status"),
@@ -117,16 +123,9 @@ def parse_status_switches(data: bytes) -> Switches:
 
 def parse_io(data: bytes) -> IOBytes:
     """`read_bytes` and `write_bytes` of `io`: storage traffic, not `rchar`/`wchar`."""
-    # Fast path: the kernel's fixed layout, rchar wchar syscr syscw read_bytes write_bytes …
-    tokens = data.split()
-    if (
-        len(tokens) >= 12
-        and tokens[8] == b"read_bytes:"
-        and tokens[10] == b"write_bytes:"
-        and tokens[9].isdigit()
-        and tokens[11].isdigit()
-    ):
-        return _new(IOBytes, (int(tokens[9]), int(tokens[11])))
+    match = _IO.search(data)
+    if match is not None:
+        return _new(IOBytes, (int(match[1]), int(match[2])))
     return IOBytes(
         _line_value(data, b"\nread_bytes:", "io"),
         _line_value(data, b"\nwrite_bytes:", "io"),
