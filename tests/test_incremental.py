@@ -175,6 +175,9 @@ def test_live_workload_frozen_between_reads(tmp_path):
                 freeze(sandbox, False)
             ours_full = {p: r for p, r in comparable(a.readings).items() if p in pids}
             ours_fast = {p: r for p, r in comparable(b.readings).items() if p in pids}
+            for ours in (ours_full, ours_fast):  # not frozen: reclaim may shrink its RSS,
+                if asleep.pid in ours:  # which a quiet process's reading keeps 8 passes
+                    ours[asleep.pid] = ours[asleep.pid]._replace(rss_bytes=0)
             assert ours_full == ours_fast, f"round {round_}"
             assert ours_full, "the workload is in the sandbox"
             read_now = {k: v - before.get(k, 0) for k, v in fast_fs.reads.items()}
