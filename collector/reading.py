@@ -295,6 +295,11 @@ class Reader:
             io_still = False
         else:
             known = previous.threads
+            # Read before any thread, so that every thread reading kept this pass is
+            # later than these totals. Next pass, equal totals then prove that nothing
+            # grew since: a thread's kept bytes (read later than the totals, or carried
+            # since, unmoved) are still its bytes. Read only for processes whose threads
+            # ran last pass, where it can save an `io` read per thread.
             io_totals = (
                 parse_io(procfs.process_file(pid, "io"))
                 if previous.ran > 1 and len(listing) > 1
