@@ -168,6 +168,7 @@ class TableResult:
     threads: int
     procdelta: Sample
     naive: Sample
+    ratios: list[float]  # procdelta's CPU over the floor's, round by round
     exporter_cpu: float | None
 
 
@@ -203,6 +204,7 @@ def bench_table(name: str, processes: int, mode: str, rounds: int, pause: float)
         seen[1],
         Sample(statistics.median(s.cpu for s in ours), statistics.median(s.wall for s in ours)),
         Sample(statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)),
+        [a.cpu / b.cpu for a, b in zip(ours, naive, strict=True)],
         statistics.median(exporter_cpu) if exporter_cpu else None,
     )
 
@@ -303,14 +305,18 @@ def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> 
         tables = [("default N=200", 200, "idle"), ("busy N=200", 200, "busy")]
     echo(f"{rounds} interleaved rounds per table, medians; 10% of processes have 20 threads.")
     echo("cpu = user+system CPU of one pass; ratios are to the naive floor (b) of the same run.")
+    echo("ratio: median of the rounds' ratios (each round's pass over the same round's floor);")
+    echo("spread: their middle half (25th to 75th percentile).")
     header = (
         f"{'table':<15} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
-        f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'p-e ms':>8} {'p-e ratio':>9}"
+        f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'spread':>10} "
+        f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
     for name, processes, mode in tables:
         result = bench_table(name, processes, mode, rounds, pause)
         ours, naive = result.procdelta, result.naive
+        spread = f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
         exporter = (
             f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
             if result.exporter_cpu is not None
@@ -320,7 +326,7 @@ def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> 
             f"{name:<15} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
             f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
             f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
-            f"{ours.cpu / naive.cpu:6.2f} {exporter}"
+            f"{statistics.median(result.ratios):6.2f} {spread:>10} {exporter}"
         )
     if not quick:
         echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")

@@ -25,9 +25,10 @@ def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
         assert procs >= 200 and threads >= 200 + 20 * 19, name  # the table was there
-        # procs threads cpu-ms wall-ms µs/proc µs/thr naive-ms ratio p-e-ms p-e-ratio
-        assert len(cells) == 10, name
-        assert 0 < float(cells[7]) < 10, name
+        # procs threads cpu-ms wall-ms µs/proc µs/thr naive-ms ratio spread p-e-ms p-e-ratio
+        assert len(cells) == 11, name
+        low, high = (float(x) for x in cells[8].split("-"))
+        assert 0 < low <= float(cells[7]) <= high < 10, name
     assert re.search(
         r"/metrics with 1000 groups while passes run: p50 [\d.]+ ms, p99 [\d.]+ ms", result.stdout
     )
