@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from collector.model import CgroupLine
 from collector.parse import parse_cgroup
@@ -47,9 +48,13 @@ class PodRef:
     container_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
-    """A group's identity: its kind (`pod` or `cgroup`) and its label pairs, in order."""
+class Group(NamedTuple):
+    """A group's identity: its kind (`pod` or `cgroup`) and its label pairs, in order.
+
+    A NamedTuple, not a frozen dataclass: groups are dictionary keys in every pass and
+    in every render of /metrics (~20 lookups per group), and a tuple hashes and compares
+    in C where a dataclass runs a Python `__hash__` and `__eq__`.
+    """
 
     kind: str
     labels: tuple[tuple[str, str], ...]
