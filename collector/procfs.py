@@ -27,27 +27,6 @@ def _translate(error: OSError) -> ProcError:
     return ProcError(str(error))
 
 
-def _read_whole(path: bytes) -> bytes:
-    """The bytes of one file, OS errors translated."""
-    try:
-        fd = os.open(path, _FLAGS)
-    except OSError as error:
-        raise _translate(error) from None
-    try:
-        data = os.read(fd, _READ_SIZE)
-        if len(data) < _READ_SIZE:
-            # A short read is the whole file, for a rendered proc file and a plain one alike.
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, _READ_SIZE):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as error:
-        raise _translate(error) from None
-    finally:
-        os.close(fd)
-
-
 def _numeric_entries(path: bytes) -> list[tuple[int, int]]:
     """(number, inode) of the numeric entries of a directory, ascending (passes are
     reproducible). One directory read: the inode numbers come with the names."""
@@ -101,9 +80,10 @@ class ProcFS:
     def read(self, path: bytes) -> bytes:
         """The bytes of the file at `path` (e.g. `task_dir` + `<tid>/schedstat`).
 
-        The reading primitive of the hot loop (up to four files per thread per pass):
-        a bytes path skips the file-system encoding of a str, and a first read of
-        `_READ_SIZE` holds every file read per thread, so the loop is written out here.
+        The reading primitive of the hot loop (up to four files per thread per pass): a
+        bytes path skips the file-system encoding of a str, and one read of `_READ_SIZE`
+        holds every file read per thread. A short read is the whole file, for a rendered
+        proc file and a plain one alike.
         """
         try:
             fd = _open(path, _FLAGS)
@@ -111,13 +91,16 @@ class ProcFS:
             raise _translate(error) from None
         try:
             data = _os_read(fd, _READ_SIZE)
+            if len(data) == _READ_SIZE:
+                chunks = [data]
+                while chunk := _os_read(fd, _READ_SIZE):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
         except OSError as error:
             raise _translate(error) from None
         finally:
             _close(fd)
-        if len(data) < _READ_SIZE:
-            return data
-        return _read_whole(path)  # longer than any file read per thread: read it again
+        return data
 
     def process_file(self, pid: int, name: str) -> bytes:
         """The bytes of `<root>/<pid>/<name>`, e.g. `stat`."""

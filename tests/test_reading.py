@@ -84,3 +84,10 @@ def test_malformed_files_are_unreadable_without_footprint_when_stat_is_bad(tree)
 def test_an_empty_or_missing_root_raises_for_the_caller():
     with pytest.raises(OSError):
         ProcFS("/nonexistent/proc").processes()
+
+
+@pytest.mark.parametrize("size", [0, 8191, 8192, 20000])
+def test_a_file_is_read_whole_whatever_its_length(tmp_path, size):
+    (tmp_path / "f").write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+    data = ProcFS(str(tmp_path)).read(os.fsencode(tmp_path / "f"))
+    assert data == (tmp_path / "f").read_bytes() and len(data) == size
