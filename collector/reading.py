@@ -82,6 +82,17 @@ class _Seen(NamedTuple):
     io_totals: IOBytes | None  # the process's own `io`, read before its threads, if read
 
 
+@dataclass(slots=True)
+class _Early:
+    """What an attempt at reading a process as quiet read before it gave up."""
+
+    listing: list[tuple[int, int]] | None
+    schedstats: dict[int, bytes]
+
+
+_NOTHING_EARLY = _Early(None, {})  # never written to: a quiet attempt gets its own
+
+
 class Unreadable(ProcError):
     """A process that could not be read whole; carries what was seen of it, if anything."""
 
@@ -196,6 +207,7 @@ class Reader:
         """`previous` is what the last pass saw of this PID; used only for the same process."""
         procfs = self.procfs
         revalidate = not (pid + self._passes) % CGROUP_REVALIDATE_PASSES
+        early = _NOTHING_EARLY
         if (
             previous is not None
             and previous.ino == ino
@@ -203,7 +215,8 @@ class Reader:
             and confirmed
             and not revalidate
         ):
-            quiet = self._read_quiet(pid, previous)
+            early = _Early(None, {})
+            quiet = self._read_quiet(pid, previous, early)
             if quiet is not None:
                 self._confirmed.add(pid)
                 return quiet
@@ -225,7 +238,7 @@ class Reader:
             raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
-            threads, memo, ran, io_totals = self._read_threads(pid, stat, previous)
+            threads, memo, ran, io_totals = self._read_threads(pid, stat, previous, early)
         except ProcessGone:
             raise
         except ProcError as error:
@@ -239,14 +252,15 @@ class Reader:
         )  # fmt: skip
         return _new(_Seen, (ino, reading, memo, ran, io_totals))
 
-    def _read_quiet(self, pid: int, previous: _Seen) -> _Seen | None:
+    def _read_quiet(self, pid: int, previous: _Seen, early: _Early) -> _Seen | None:
         """The last pass's reading at a new instant if the process has not run since
-        (the same threads, no schedstat moved); None if it may have: read it whole."""
+        (the same threads, no schedstat moved); None if it may have: read it whole,
+        with what `early` kept of this attempt (its listing, the schedstats read)."""
         known = previous.threads
         try:
             if len(known) != 1 or known.get(pid, _NOT_LEADER).ino != _LEADER:
                 # Not a lone leader: the same threads, under the same inodes, or no.
-                listing = self.procfs.threads(pid)
+                listing = early.listing = self.procfs.threads(pid)
                 if len(listing) != len(known):
                     return None
                 for tid, ino in listing:
@@ -256,8 +270,10 @@ class Reader:
             # (A lone leader that did not run started no thread: no listing needed.)
             read = self.procfs.read
             task = self.procfs.task_dir(pid)
+            schedstats = early.schedstats
             for tid, old in known.items():
-                if read(b"%s%d/schedstat" % (task, tid)) != old.schedstat:
+                raw = schedstats[tid] = read(b"%s%d/schedstat" % (task, tid))
+                if raw != old.schedstat:
                     return None
         except ProcError:
             return None  # gone, refused or malformed: the whole read says which
@@ -270,12 +286,13 @@ class Reader:
         return _new(_Seen, (previous.ino, reading, known, 0, None))
 
     def _read_threads(
-        self, pid: int, stat: Stat, previous: _Seen | None
+        self, pid: int, stat: Stat, previous: _Seen | None, early: _Early
     ) -> tuple[list[ThreadReading], dict[int, _ThreadSeen], int, IOBytes | None]:
         """Every thread of a process; the hot loop of a pass, so written for speed.
 
         Returns the thread readings and what the next pass needs: the threads seen, how
-        many had run, and the process's `io` totals if they were read.
+        many had run, and the process's `io` totals if they were read. What a failed
+        quiet attempt read this pass (`early`) is used, not read again.
 
         A process whose `stat` counts one thread is its own only thread, the leader, known
         by the process's start time: its `task/` directory is not listed. (A thread born
@@ -288,7 +305,14 @@ class Reader:
         threads: list[ThreadReading] = []
         memo: dict[int, _ThreadSeen] = {}
         process_start = stat.start_ticks
-        listing = [(pid, _LEADER)] if stat.num_threads == 1 else procfs.threads(pid)
+        # After a failed quiet attempt, its listing and schedstats are not read again.
+        # (Such an attempt never comes with `io` totals, read only after a pass where
+        # threads ran: their order, totals before any thread, holds.)
+        if stat.num_threads == 1:
+            listing = [(pid, _LEADER)]
+        else:
+            listing = early.listing or procfs.threads(pid)
+        schedstats = early.schedstats
         if previous is None:
             known: dict[int, _ThreadSeen] = {}
             io_totals = None
@@ -310,7 +334,9 @@ class Reader:
         for tid, ino in listing:
             try:
                 base = b"%s%d/" % (task, tid)
-                raw = read(base + b"schedstat")
+                raw = schedstats.get(tid) if schedstats else None
+                if raw is None:
+                    raw = read(base + b"schedstat")
                 old = known.get(tid)
                 if old is not None and old.ino == ino:  # the same thread as last pass
                     if old.schedstat == raw:  # not run, not waited: nothing moved

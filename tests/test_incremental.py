@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -28,16 +29,22 @@ class CountingProcFS(ProcFS):
         super().__init__(root)
         self.reads: dict[str, int] = {}
         self.stat_read: set[int] = set()  # the PIDs whose own `stat` was read, until cleared
+        self.by_pid: Counter[tuple[int, str]] = Counter()  # (pid, name) read, `task/` listed
 
     def read(self, path):
-        directory, name = os.fsdecode(path).rsplit("/", 1)
-        parent, number = directory.rsplit("/", 1)
-        if parent.endswith("/task"):
+        relative = os.fsdecode(path)[len(self.root) + 1 :]
+        pid, name = int(relative.split("/")[0]), relative.rsplit("/", 1)[1]
+        if "/task/" in relative:
             name = "task/" + name
         elif name == "stat":
-            self.stat_read.add(int(number))
+            self.stat_read.add(pid)
         self.reads[name] = self.reads.get(name, 0) + 1
+        self.by_pid[pid, name] += 1
         return super().read(path)
+
+    def threads(self, pid):
+        self.by_pid[pid, "task/"] += 1
+        return super().threads(pid)
 
 
 def comparable(readings) -> dict:
@@ -120,7 +127,13 @@ def test_fixture_tree_changed_in_place(tmp_path):
     write(root / "300/task/303/stat", (PASS1 / "300/task/300/stat").read_text()
           .replace("300 (", "303 (").replace(" 1200 ", " 100020 "))  # fmt: skip
     shutil.rmtree(root / "300/task/302")
+    fast_fs.by_pid.clear()
     step(1004 * SEC)
+    # 200 was quiet: its threads are listed and their schedstat read once each, by the
+    # quiet attempt that finds the leader ran and the whole read that follows it.
+    assert fast_fs.by_pid[200, "task/"] == 1
+    assert fast_fs.by_pid[200, "task/schedstat"] == 2
+    assert fast_fs.by_pid[200, "stat"] == 1
     step(1005 * SEC)
 
     # Both of 200's threads run, pass after pass. From the second such pass its own `io`
