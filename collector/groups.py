@@ -73,8 +73,17 @@ def strip_namespace_prefix(path: str) -> str:
     return path
 
 
+_CONMON = "conmon"  # what `_pod_or_conmon` says of a path into a pod's conmon scope
+
+
 def pod_from_path(path: str) -> PodRef | None:
     """The pod of a cgroup path with a kubelet pod segment, or None (conmon: None too)."""
+    pod = _pod_or_conmon(path)
+    return None if pod is _CONMON else pod
+
+
+def _pod_or_conmon(path: str) -> PodRef | str | None:
+    """The pod of a path, `_CONMON` for the runtime's monitor in a pod, or None."""
     segments = [s for s in strip_namespace_prefix(path).split("/") if s]
     for index, segment in enumerate(segments):
         match = _POD_SEGMENT.match(segment)
@@ -84,14 +93,14 @@ def pod_from_path(path: str) -> PodRef | None:
         qos = _qos(segments[:index], match)
         if match["cid"] is not None:
             if match["runtime"] in _CONMON_RUNTIMES:
-                return None
+                return _CONMON
             return PodRef(uid, qos, match["cid"])
         container_id = ""
         if index + 1 < len(segments):
             container = _CONTAINER_SEGMENT.match(segments[index + 1])
             if container is not None:
                 if container["runtime"] in _CONMON_RUNTIMES:
-                    return None
+                    return _CONMON
                 container_id = container["cid"]
         return PodRef(uid, qos, container_id)
     return None
@@ -152,16 +161,12 @@ def classify(cgroup_text: bytes) -> Classified:
     lines = parse_cgroup(cgroup_text)
     ordered = sorted(lines, key=lambda line: (not _is_v2(line), "cpu" not in line.controllers))
     for line in ordered:
-        pod = pod_from_path(line.path)
+        pod = _pod_or_conmon(line.path)
+        if pod is _CONMON:
+            break  # the runtime's own process: no other hierarchy makes it a pod's
         if pod is not None:
-            return Classified(pod, "")
-        if _is_conmon(line.path):
-            break
+            return Classified(pod, "")  # type: ignore[arg-type]
     return Classified(None, group_path(lines))
-
-
-def _is_conmon(path: str) -> bool:
-    return "/crio-conmon-" in path
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,6 +223,14 @@ NOT_PODS = [
         f"/kubepods/burstable/pod{UID}/crio-conmon-{CID}",
     ),
     (
+        "CRI-O conmon on v2, a pod's path on v1 cpu: the runtime's still (v2 decides)",
+        f"4:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"crio-conmon-{CID}.scope\n".encode(),
+        f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"crio-conmon-{CID}.scope",
+    ),
+    (
         "host service, v2",
         v2("/system.slice/containerd.service"),
         "/system.slice/containerd.service",
