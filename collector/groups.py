@@ -76,12 +76,6 @@ def strip_namespace_prefix(path: str) -> str:
 _CONMON = "conmon"  # what `_pod_or_conmon` says of a path into a pod's conmon scope
 
 
-def pod_from_path(path: str) -> PodRef | None:
-    """The pod of a cgroup path with a kubelet pod segment, or None (conmon: None too)."""
-    pod = _pod_or_conmon(path)
-    return None if pod is _CONMON else pod
-
-
 def _pod_or_conmon(path: str) -> PodRef | str | None:
     """The pod of a path, `_CONMON` for the runtime's monitor in a pod, or None."""
     segments = [s for s in strip_namespace_prefix(path).split("/") if s]
