@@ -13,10 +13,9 @@ from collector.model import CgroupLine, IOBytes, Malformed, SchedStat, Stat, Swi
 # Field N of proc(5)'s stat list sits at index N - 3 once the line is cut after `comm`.
 _STAT_FIELDS_NEEDED = 24 - 3 + 1
 
-# The kernel's exact layouts, one compiled pattern each, tried first on the files read per
-# thread per pass (bytes patterns: \d is [0-9] only); anything else is parsed the general
-# way, which also says what is malformed.
-_SCHEDSTAT = re.compile(rb"(\d+) (\d+) (\d+)\n")
+# The kernel's exact layouts of `status` and `io`, one compiled pattern each, tried first
+# (bytes patterns: \d is [0-9] only); anything else is parsed the general way, which also
+# says what is malformed. (`schedstat`, three numbers, is quicker split than matched.)
 _SWITCHES = re.compile(rb"\nvoluntary_ctxt_switches:\t(\d+)\nnonvoluntary_ctxt_switches:\t(\d+)\n")
 _SWITCHES_SPAN = 128  # the two lines end the file: searched for in its last bytes
 _IO = re.compile(rb"\nread_bytes: (\d+)\nwrite_bytes: (\d+)\n")
@@ -85,13 +84,12 @@ def parse_start_ticks(data: bytes) -> int:
 
 def parse_schedstat(data: bytes) -> SchedStat:
     """`schedstat`: on-CPU ns, run-delay ns, timeslices (Documentation/scheduler/sched-stats)."""
-    match = _SCHEDSTAT.fullmatch(data)
-    if match is not None:
-        return _new(SchedStat, (int(match[1]), int(match[2]), int(match[3])))
     parts = data.split()
-    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2].isdigit()):
-        raise Malformed("schedstat", data)
-    return _new(SchedStat, (int(parts[0]), int(parts[1]), int(parts[2])))
+    if len(parts) == 3:
+        on_cpu, run_delay, timeslices = parts
+        if (on_cpu + run_delay + timeslices).isdigit():  # one check for the three
+            return _new(SchedStat, (int(on_cpu), int(run_delay), int(timeslices)))
+    raise Malformed("schedstat", data)
 
 
 def _line_value(data: bytes, key: bytes, what: str) -> int:
