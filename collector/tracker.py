@@ -32,12 +32,11 @@ class Advance:
     threads_refused: Counter[str] = field(default_factory=Counter)
 
 
-class _Entry(NamedTuple):
-    reading: ProcessReading
-    threads: dict[int, ThreadReading]
-
-
 _new = tuple.__new__
+
+_ThreadSums = tuple[int, int, int, int, int, int]
+"""Σ over a process's threads: on-CPU, run delay, (non)voluntary switches, read, write."""
+_NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
 
 
 def _process_fell(new: ProcessReading, old: ProcessReading) -> bool:
@@ -57,7 +56,7 @@ class Tracker:
 
     def __init__(self, hz: int):
         self.hz = hz
-        self._cache: dict[int, _Entry] = {}
+        self._cache: dict[int, ProcessReading] = {}  # its threads are the thread cache
         self._previous_listing_ns: int | None = None
 
     @property
@@ -66,7 +65,7 @@ class Tracker:
 
     @property
     def tracked_threads(self) -> int:
-        return sum(len(entry.threads) for entry in self._cache.values())
+        return sum(len(reading.threads) for reading in self._cache.values())
 
     def _born_since_previous_pass(self, start_ticks: int, at_ns: int) -> bool:
         """The birth rule: started after the previous pass began listing, so it is all new."""
@@ -79,23 +78,23 @@ class Tracker:
     def advance(self, readings: Iterable[ProcessReading], listed_at_ns: int) -> Advance:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`."""
         result = Advance()
-        cache: dict[int, _Entry] = {}
+        cache: dict[int, ProcessReading] = {}
         for reading in readings:
             old = self._cache.get(reading.pid)
-            same_process = old is not None and old.reading.start_ticks == reading.start_ticks
-            if same_process and reading.threads is old.reading.threads:
+            same_process = old is not None and old.start_ticks == reading.start_ticks
+            if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
-                thread_sum, threads, thread_refusals = Fields(), old.threads, None
+                thread_sums, thread_refusals = _NO_THREAD_DELTA, None
             else:
-                old_threads = old.threads if same_process else {}
-                thread_sum, threads, thread_refusals = self._guard_threads(reading, old_threads)
-            cache[reading.pid] = _new(_Entry, (reading, threads))
+                old_threads = old.threads if same_process else ()
+                thread_sums, thread_refusals = self._guard_threads(reading, old_threads)
+            cache[reading.pid] = reading
 
             if old is not None and same_process:
-                if _process_fell(reading, old.reading):
+                if _process_fell(reading, old):
                     result.refused["counter_fell"] += 1
                     continue
-                base, born = old.reading, False
+                base, born = old, False
             elif self._born_since_previous_pass(reading.start_ticks, reading.at_ns):
                 base, born = None, True
             else:
@@ -115,12 +114,12 @@ class Tracker:
                 user = reading.utime_ticks - base.utime_ticks
                 system = reading.stime_ticks - base.stime_ticks
                 faults = reading.major_faults - base.major_faults
-            thread_sum.processes = 1
-            thread_sum.observed_nanos = observed
-            thread_sum.cpu_user_nanos = ticks_to_ns(user, hz)
-            thread_sum.cpu_system_nanos = ticks_to_ns(system, hz)
-            thread_sum.major_faults = faults
-            result.deltas.append(_new(ProcessDelta, (reading, thread_sum, born)))
+            on_cpu, delay, voluntary, nonvoluntary, read_bytes, write_bytes = thread_sums
+            fields = Fields(
+                1, observed, on_cpu, delay, ticks_to_ns(user, hz), ticks_to_ns(system, hz),
+                faults, voluntary, nonvoluntary, read_bytes, write_bytes,
+            )  # fmt: skip
+            result.deltas.append(_new(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
         self._cache = cache
@@ -130,21 +129,27 @@ class Tracker:
     def _guard_threads(
         self,
         reading: ProcessReading,
-        old_threads: dict[int, ThreadReading],
-    ) -> tuple[Fields, dict[int, ThreadReading], Counter[str] | None]:
-        """Σ of the per-thread deltas of one process, its new thread cache, and the threads
-        refused (counted only when the process itself contributes).
+        old_threads: tuple[ThreadReading, ...],
+    ) -> tuple[_ThreadSums, Counter[str] | None]:
+        """Σ of the per-thread deltas of one process, and the threads refused (counted only
+        when the process itself contributes). `old_threads`: its threads' last readings.
 
         Run for every thread every pass: readings are unpacked into locals and summed in
-        locals (a NamedTuple attribute or a slot costs a lookup each).
+        locals (a NamedTuple attribute or a slot costs a lookup each). A thread's last
+        reading is looked for first at the same position (the reader lists threads in TID
+        order, so it is there unless a thread came or went), then by TID.
         """
         on_cpu = delay = voluntary = nonvoluntary = read_bytes = write_bytes = 0
         refused: Counter[str] | None = None  # made on the first refusal: most have none
-        threads: dict[int, ThreadReading] = {}
-        for thread in reading.threads:
+        by_tid: dict[int, ThreadReading] | None = None  # made on the first misplaced thread
+        count = len(old_threads)
+        for position, thread in enumerate(reading.threads):
             tid, start, cpu, wait, _, vol, nonvol, read, write = thread
-            threads[tid] = thread
-            old = old_threads.get(tid)
+            old = old_threads[position] if position < count else None
+            if old is None or old[0] != tid:
+                if by_tid is None:
+                    by_tid = {seen[0]: seen for seen in old_threads}
+                old = by_tid.get(tid)
             if old is thread:
                 continue  # the very reading of last pass (an idle thread): a zero delta
             if old is not None and old[1] == start:
@@ -176,12 +181,4 @@ class Tracker:
             else:
                 refused = refused or Counter()
                 refused["first_seen" if old is None else "pid_reused"] += 1
-        total = Fields(
-            on_cpu_nanos=on_cpu,
-            run_delay_nanos=delay,
-            voluntary_switches=voluntary,
-            nonvoluntary_switches=nonvoluntary,
-            read_bytes=read_bytes,
-            write_bytes=write_bytes,
-        )
-        return total, threads, refused
+        return (on_cpu, delay, voluntary, nonvoluntary, read_bytes, write_bytes), refused
