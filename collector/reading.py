@@ -65,8 +65,9 @@ class PassReadings:
 
 
 class _ThreadSeen(NamedTuple):
-    """What a pass saw of a thread: its directory's inode, raw schedstat, and reading."""
+    """What a pass saw of a thread: its TID, its directory's inode, raw schedstat, reading."""
 
+    tid: int
     ino: int
     schedstat: bytes
     reading: ThreadReading
@@ -77,7 +78,7 @@ class _Seen(NamedTuple):
 
     ino: int  # of its `<pid>` directory
     reading: ProcessReading
-    threads: dict[int, _ThreadSeen]
+    threads: list[_ThreadSeen]  # in TID order, as listed
     ran: int  # how many of its threads had run since the pass before
     io_totals: IOBytes | None  # the process's own `io`, read before its threads, if read
 
@@ -104,7 +105,6 @@ class Unreadable(ProcError):
 
 _new = tuple.__new__
 _LEADER = -1  # the inode stand-in of a leader known by its process's start time
-_NOT_LEADER = _ThreadSeen(0, b"", None)  # type: ignore[arg-type]
 
 CGROUP_REVALIDATE_PASSES = 8
 """A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
@@ -258,20 +258,21 @@ class Reader:
         with what `early` kept of this attempt (its listing, the schedstats read)."""
         known = previous.threads
         try:
-            if len(known) != 1 or known.get(pid, _NOT_LEADER).ino != _LEADER:
-                # Not a lone leader: the same threads, under the same inodes, or no.
+            if len(known) != 1 or known[0].ino != _LEADER:
+                # Not a lone leader: the same threads, under the same inodes, or no
+                # (both lists in TID order).
                 listing = early.listing = self.procfs.threads(pid)
                 if len(listing) != len(known):
                     return None
-                for tid, ino in listing:
-                    old = known.get(tid)
-                    if old is None or old.ino != ino:
+                for (tid, ino), old in zip(listing, known, strict=True):
+                    if old.tid != tid or old.ino != ino:
                         return None
             # (A lone leader that did not run started no thread: no listing needed.)
             read = self.procfs.read
             task = self.procfs.task_dir(pid)
             schedstats = early.schedstats
-            for tid, old in known.items():
+            for old in known:
+                tid = old.tid
                 raw = schedstats[tid] = read(b"%s%d/schedstat" % (task, tid))
                 if raw != old.schedstat:
                     return None
@@ -287,7 +288,7 @@ class Reader:
 
     def _read_threads(
         self, pid: int, stat: Stat, previous: _Seen | None, early: _Early
-    ) -> tuple[list[ThreadReading], dict[int, _ThreadSeen], int, IOBytes | None]:
+    ) -> tuple[list[ThreadReading], list[_ThreadSeen], int, IOBytes | None]:
         """Every thread of a process; the hot loop of a pass, so written for speed.
 
         Returns the thread readings and what the next pass needs: the threads seen, how
@@ -303,7 +304,7 @@ class Reader:
         task = procfs.task_dir(pid)
         keep = self.incremental
         threads: list[ThreadReading] = []
-        memo: dict[int, _ThreadSeen] = {}
+        memo: list[_ThreadSeen] = []
         process_start = stat.start_ticks
         # After a failed quiet attempt, its listing and schedstats are not read again.
         # (Such an attempt never comes with `io` totals, read only after a pass where
@@ -314,7 +315,7 @@ class Reader:
             listing = early.listing or procfs.threads(pid)
         schedstats = early.schedstats
         if previous is None:
-            known: dict[int, _ThreadSeen] = {}
+            known: list[_ThreadSeen] = []
             io_totals = None
             io_still = False
         else:
@@ -331,17 +332,24 @@ class Reader:
             )
             io_still = io_totals is not None and io_totals == previous.io_totals
         ran = 0
-        for tid, ino in listing:
+        by_tid: dict[int, _ThreadSeen] | None = None  # made on the first misplaced thread
+        count = len(known)
+        for position, (tid, ino) in enumerate(listing):
             try:
                 base = b"%s%d/" % (task, tid)
                 raw = schedstats.get(tid) if schedstats else None
                 if raw is None:
                     raw = read(base + b"schedstat")
-                old = known.get(tid)
+                # Last pass's sighting: at the same position unless a thread came or went.
+                old = known[position] if position < count else None
+                if old is None or old.tid != tid:
+                    if by_tid is None:
+                        by_tid = {seen.tid: seen for seen in known}
+                    old = by_tid.get(tid)
                 if old is not None and old.ino == ino:  # the same thread as last pass
                     if old.schedstat == raw:  # not run, not waited: nothing moved
                         threads.append(old.reading)
-                        memo[tid] = old
+                        memo.append(old)
                         continue
                     before = old.reading
                     start = before.start_ticks
@@ -378,5 +386,5 @@ class Reader:
                 continue  # a thread that exits mid-read is simply not seen this pass
             threads.append(reading)
             if keep:
-                memo[tid] = _new(_ThreadSeen, (ino, raw, reading))
+                memo.append(_new(_ThreadSeen, (tid, ino, raw, reading)))
         return threads, memo, ran, io_totals

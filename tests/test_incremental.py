@@ -134,7 +134,15 @@ def test_fixture_tree_changed_in_place(tmp_path):
     assert fast_fs.by_pid[200, "task/"] == 1
     assert fast_fs.by_pid[200, "task/schedstat"] == 2
     assert fast_fs.by_pid[200, "stat"] == 1
+    # 300 starts a thread under a lower TID than 303 (TIDs wrap): 303 moves down the
+    # listing and is still known by its inode; only the new thread's `stat` is read.
+    shutil.copytree(PASS1 / "300/task/300", root / "300/task/301")
+    write(root / "300/task/301/stat", (PASS1 / "300/task/300/stat").read_text()
+          .replace("300 (", "301 (").replace(" 1200 ", " 100090 "))  # fmt: skip
+    fast_fs.by_pid.clear()
     step(1005 * SEC)
+    assert fast_fs.by_pid[300, "task/schedstat"] == 3
+    assert fast_fs.by_pid[300, "task/stat"] == 1
 
     # Both of 200's threads run, pass after pass. From the second such pass its own `io`
     # is read before its threads; from the third, when it has not moved, no thread's
