@@ -255,7 +255,8 @@ class SyntheticEngine:
             number=self.passes, listed_at_ns=0, interval_ns=10**9, duration_seconds=0.01,
             finished_at=time.time(), intervals=MappingProxyType(dict.fromkeys(self.groups, fields)),
             footprints=MappingProxyType({}), totals=MappingProxyType(totals),
-            dropped=MappingProxyType({}), tracked_processes=0, tracked_threads=0, denied=0,
+            dropped=MappingProxyType({}), dropped_threads=MappingProxyType({}), tracked_processes=0,
+            tracked_threads=0, denied=0,
         )  # fmt: skip
 
 

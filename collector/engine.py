@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from collector.aggregate import FootprintSums, Totals, group_pass
 from collector.groups import Group, Grouper
-from collector.model import REFUSAL_REASONS, Fields
+from collector.model import REFUSAL_REASONS, THREAD_REFUSAL_REASONS, Fields
 from collector.reading import Reader
 from collector.tracker import Tracker
 
@@ -33,6 +33,7 @@ class PassResult:
     footprints: Mapping[Group, FootprintSums]
     totals: Mapping[Group, Mapping[str, int]]
     dropped: Mapping[str, int]
+    dropped_threads: Mapping[str, int]  # threads of contributing processes, by reason
     tracked_processes: int
     tracked_threads: int
     denied: int
@@ -113,6 +114,9 @@ class Engine:
             footprints=MappingProxyType(grouped.footprints),
             totals=MappingProxyType(self.totals.snapshot()),
             dropped=MappingProxyType({reason: dropped[reason] for reason in REFUSAL_REASONS}),
+            dropped_threads=MappingProxyType(
+                {reason: advance.threads_refused[reason] for reason in THREAD_REFUSAL_REASONS}
+            ),
             tracked_processes=self.tracker.tracked_processes,
             tracked_threads=self.tracker.tracked_threads,
             denied=readings.denied,

@@ -95,6 +95,7 @@ class PassLoop:
         self._state = SelfState(version=version)
         self._data = _Data()
         self._dropped: Counter[str] = Counter()
+        self._dropped_threads: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._snapshot = self._render(completed_at=None)
         self._stop = threading.Event()
@@ -124,10 +125,12 @@ class PassLoop:
             self._publish(self._render(completed_at=self.snapshot().completed_at))
             return None
         self._dropped.update(result.dropped)
+        self._dropped_threads.update(result.dropped_threads)
         self._state = replace(
             self._state,
             passes=self._state.passes + 1,
             dropped=MappingProxyType(dict(self._dropped)),
+            dropped_threads=MappingProxyType(dict(self._dropped_threads)),
             durations=self._state.durations.observe(result.duration_seconds),
             interval_seconds=None if result.interval_ns is None else result.interval_ns / 1e9,
             last_pass_timestamp=result.finished_at,

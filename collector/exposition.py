@@ -17,7 +17,13 @@ from prometheus_client.utils import floatToGoString
 
 from collector.aggregate import FootprintSums
 from collector.groups import Group
-from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, REFUSAL_REASONS, Fields
+from collector.model import (
+    COUNTER_FIELD_NAMES,
+    FIELD_NAMES,
+    REFUSAL_REASONS,
+    THREAD_REFUSAL_REASONS,
+    Fields,
+)
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, Labels, int | float]
@@ -84,6 +90,7 @@ class SelfState:
     passes: int = 0
     failed_passes: int = 0
     dropped: Mapping[str, int] | None = None
+    dropped_threads: Mapping[str, int] | None = None
     durations: Histogram = field(default_factory=Histogram.empty)
     interval_seconds: float | None = None
     last_pass_timestamp: float | None = None
@@ -155,6 +162,7 @@ def _self_families(state: SelfState) -> list[Family]:
     buckets.append(("_sum", (), durations.total))
     buckets.append(("_count", (), durations.count))
     dropped = state.dropped or {}
+    dropped_threads = state.dropped_threads or {}
     families = [
         Family(
             "procdelta_pass_duration_seconds",
@@ -181,6 +189,15 @@ def _self_families(state: SelfState) -> list[Family]:
             tuple(
                 ("_total", (("reason", reason),), dropped.get(reason, 0))
                 for reason in REFUSAL_REASONS
+            ),
+        ),
+        Family(
+            "procdelta_dropped_thread_deltas",
+            "counter",
+            "Threads of contributing processes whose delta was left out of a pass, by reason.",
+            tuple(
+                ("_total", (("reason", reason),), dropped_threads.get(reason, 0))
+                for reason in THREAD_REFUSAL_REASONS
             ),
         ),
         Family(

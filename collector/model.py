@@ -160,3 +160,7 @@ REFUSAL_REASONS: tuple[str, ...] = (
     "vanished",
 )
 """Why a process contributed no delta in a pass (`procdelta_dropped_deltas_total{reason}`)."""
+
+THREAD_REFUSAL_REASONS: tuple[str, ...] = REFUSAL_REASONS[:3]
+"""Why a thread of a contributing process added nothing to its sums in a pass
+(`procdelta_dropped_thread_deltas_total{reason}`): guarded like a process (SPEC §2)."""

@@ -178,9 +178,14 @@ def dashboard() -> dict:
                 (
                     f"sum by (reason) ({rate('procdelta_dropped_deltas_total', NODE)})",
                     "{{reason}}",
-                )
+                ),
+                (
+                    f"sum by (reason) ({rate('procdelta_dropped_thread_deltas_total', NODE)})",
+                    "thread {{reason}}",
+                ),
             ],
-            "Processes that contributed no delta to a pass, by reason, per second.",
+            "Processes that contributed no delta to a pass, and threads left out of a "
+            "contributing process's sums, by reason, per second.",
         ),
         panel(
             "Tracked processes and threads",

@@ -48,6 +48,7 @@ def test_every_family_of_the_spec_with_its_type():
         "procdelta_pass_duration_seconds": "histogram",
         "procdelta_passes": "counter",
         "procdelta_dropped_deltas": "counter",
+        "procdelta_dropped_thread_deltas": "counter",
         "procdelta_tracked_processes": "gauge",
         "procdelta_tracked_threads": "gauge",
         "procdelta_build_info": "gauge",
@@ -57,6 +58,10 @@ def test_every_family_of_the_spec_with_its_type():
         assert families[name].type == kind, name
     reasons = {s.labels["reason"] for s in families["procdelta_dropped_deltas"].samples}
     assert reasons >= {"first_seen", "pid_reused", "counter_fell", "unreadable"}
+    thread_reasons = {
+        s.labels["reason"]: s.value for s in families["procdelta_dropped_thread_deltas"].samples
+    }
+    assert thread_reasons == {"first_seen": 0, "pid_reused": 0, "counter_fell": 1}
     # the fixture's pass 2: every pod and cgroup group with a delta has interval series
     pods = {s.labels.get("pod") for s in families["procdelta_interval_processes"].samples}
     assert {"cart-7d9f", "nginx-0", "etcd-node1", ""} <= pods

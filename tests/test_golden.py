@@ -53,6 +53,8 @@ def test_fixture_pass_counts_every_refusal_reason():
         "counter_fell": 1,  # 1000
         "unreadable": 2,  # 400 (io), 800 (stat)
     }
+    # 1100 contributes, but its thread 1101's write_bytes fell: that thread adds nothing.
+    assert dict(result.dropped_threads) == {"first_seen": 0, "pid_reused": 0, "counter_fell": 1}
     assert result.interval_ns == 10 * 10**9
 
 

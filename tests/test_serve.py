@@ -50,6 +50,7 @@ class CountingEngine:
                 {g: dict.fromkeys(COUNTER_FIELD_NAMES, n) for g in self.groups}
             ),
             dropped=MappingProxyType({"first_seen": 0}),
+            dropped_threads=MappingProxyType({}),
             tracked_processes=n,
             tracked_threads=n,
             denied=0,
