@@ -152,6 +152,12 @@ def build_families(
     return families
 
 
+def _by_reason(counts: Mapping[str, int] | None, reasons: tuple[str, ...]) -> tuple[Sample, ...]:
+    """One `_total` sample per reason, in the given order; 0 for one not counted yet."""
+    counts = counts or {}
+    return tuple(("_total", (("reason", reason),), counts.get(reason, 0)) for reason in reasons)
+
+
 def _self_families(state: SelfState) -> list[Family]:
     durations = state.durations
     buckets: list[Sample] = [
@@ -161,8 +167,6 @@ def _self_families(state: SelfState) -> list[Family]:
     buckets.append(("_bucket", (("le", "+Inf"),), durations.counts[-1]))
     buckets.append(("_sum", (), durations.total))
     buckets.append(("_count", (), durations.count))
-    dropped = state.dropped or {}
-    dropped_threads = state.dropped_threads or {}
     families = [
         Family(
             "procdelta_pass_duration_seconds",
@@ -186,19 +190,13 @@ def _self_families(state: SelfState) -> list[Family]:
             "procdelta_dropped_deltas",
             "counter",
             "Processes that contributed no delta to a pass, by reason.",
-            tuple(
-                ("_total", (("reason", reason),), dropped.get(reason, 0))
-                for reason in REFUSAL_REASONS
-            ),
+            _by_reason(state.dropped, REFUSAL_REASONS),
         ),
         Family(
             "procdelta_dropped_thread_deltas",
             "counter",
             "Threads of contributing processes whose delta was left out of a pass, by reason.",
-            tuple(
-                ("_total", (("reason", reason),), dropped_threads.get(reason, 0))
-                for reason in THREAD_REFUSAL_REASONS
-            ),
+            _by_reason(state.dropped_threads, THREAD_REFUSAL_REASONS),
         ),
         Family(
             "procdelta_tracked_processes",
