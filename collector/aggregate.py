@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from collector.groups import Group, Grouper
-from collector.model import COUNTER_FIELD_NAMES, Fields, Malformed
+from collector.groups import CgroupDirs, Group, Grouper, classify
+from collector.model import (
+    CGROUP_FIELD_NAMES,
+    COUNTER_FIELD_NAMES,
+    CgroupFields,
+    Fields,
+    Malformed,
+)
 from collector.reading import Footprint
 from collector.tracker import ProcessDelta
 
@@ -25,6 +31,7 @@ class Grouped:
     intervals: dict[Group, Fields]
     footprints: dict[Group, FootprintSums]
     malformed_pids: set[int]
+    cgroup_dirs: dict[Group, CgroupDirs]  # of each non-pod group seen: where its cgroup is
 
 
 def group_pass(
@@ -33,11 +40,13 @@ def group_pass(
     """Sum each process's delta and footprint into its group.
 
     Every process read whole has a footprint, so its group is found once, there. A process
-    whose cgroup file does not parse is left out of both and reported.
+    whose cgroup file does not parse is left out of both and reported. For a non-pod group,
+    the directories of its own cgroup are taken from its first process (SPEC §7).
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
     malformed: set[int] = set()
+    dirs: dict[Group, CgroupDirs] = {}
     group_of_pid: dict[int, Group | None] = {}
     for seen in footprints:
         try:
@@ -51,6 +60,8 @@ def group_pass(
         footprint = sums.get(group)
         if footprint is None:
             footprint = sums[group] = FootprintSums()
+            if group.kind == "cgroup":
+                dirs[group] = classify(seen.cgroup).dirs
         footprint.processes += 1
         footprint.threads += seen.threads
         footprint.rss_bytes += seen.rss_bytes
@@ -62,23 +73,32 @@ def group_pass(
         if interval is None:
             interval = intervals[group] = Fields()
         interval.add(delta.fields)
-    return Grouped(intervals, sums, malformed)
+    return Grouped(intervals, sums, malformed, dirs)
 
 
 class Totals:
-    """The guarded deltas accumulated per group since start, for `_total` counters.
+    """The guarded deltas accumulated per group since start, for `_total` counters: the
+    process fields (SPEC §3) and the cgroup fields (SPEC §7) a group has had.
 
-    A group's totals are forgotten `forget_after` passes after the last pass that saw one
-    of its processes, so the series of a deleted pod go away.
+    A group's totals are forgotten `forget_after` passes after the last pass that saw it
+    (a process of its, or its cgroup), so the series of a deleted pod go away.
     """
 
     def __init__(self, forget_after: int = 3):
         self.forget_after = forget_after
         self._totals: dict[Group, Fields] = {}
+        self._cgroup_totals: dict[Group, dict[str, int]] = {}
         self._last_seen: dict[Group, int] = {}
         self._passes = 0
 
-    def add_pass(self, intervals: dict[Group, Fields], seen: Iterable[Group]) -> None:
+    def add_pass(
+        self,
+        intervals: Mapping[Group, Fields],
+        seen: Iterable[Group],
+        cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
+    ) -> None:
+        """Add one pass. `seen`: every group the pass saw, which includes those of
+        `intervals` and `cgroup_intervals` (a delta needs a process or a cgroup seen)."""
         self._passes += 1
         now = self._passes
         for group, fields in intervals.items():
@@ -86,17 +106,27 @@ class Totals:
             if total is None:
                 total = self._totals[group] = Fields()
             total.add(fields)
+        for group, cgroup_fields in (cgroup_intervals or {}).items():
+            counters = self._cgroup_totals.setdefault(group, {})
+            for name in CGROUP_FIELD_NAMES:
+                value = getattr(cgroup_fields, name)
+                if value is not None:
+                    counters[name] = counters.get(name, 0) + value
         for group in seen:
-            self._last_seen[group] = now
-        for group in intervals:
             self._last_seen[group] = now
         stale = [g for g, last in self._last_seen.items() if now - last >= self.forget_after]
         for group in stale:
             del self._last_seen[group]
             self._totals.pop(group, None)
+            self._cgroup_totals.pop(group, None)
 
     def snapshot(self) -> dict[Group, dict[str, int]]:
-        return {
+        """Per group, the counters it has: the process fields once a process of it
+        contributed, and each cgroup field once its cgroup gave a delta for it."""
+        snapshot: dict[Group, dict[str, int]] = {
             group: {name: getattr(fields, name) for name in COUNTER_FIELD_NAMES}
             for group, fields in self._totals.items()
         }
+        for group, counters in self._cgroup_totals.items():
+            snapshot.setdefault(group, {}).update(counters)
+        return snapshot

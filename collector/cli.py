@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import click
 
-from collector import __version__
+from collector import __version__, sources
 from collector.aggregate import Totals
+from collector.cgroupfs import CgroupFS
 from collector.engine import Engine, PassResult
+from collector.exposition import Shapes
 from collector.groups import Grouper, PodNames
 from collector.privileges import own_missing_capabilities
 from collector.procfs import ProcFS
@@ -37,10 +39,22 @@ class Options:
     container_logs: str
     per_container: bool
     pods_only: bool
+    cgroupfs: str = "/sys/fs/cgroup"
+    cgroup: bool = True  # read each group's own cgroup (SPEC §7)
+    pressure: bool = True  # and its PSI files, where the node has them
+    interval_gauges: bool = True  # export procdelta_interval_<field>
+    totals: bool = True  # export procdelta_<field>_total
+
+    @property
+    def shapes(self) -> Shapes:
+        return Shapes(self.interval_gauges, self.totals, self.cgroup)
 
 
 def _env(option: str) -> str:
-    """`--path.procfs` → `PROCDELTA_PATH_PROCFS`: dots and dashes become underscores."""
+    """`--path.procfs` → `PROCDELTA_PATH_PROCFS`: dots and dashes become underscores. A
+    switch (`--collector.cgroup/--no-collector.cgroup`) is named by its first form and
+    takes true or false."""
+    option = option.split("/")[0]
     return "PROCDELTA_" + option.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
@@ -73,6 +87,42 @@ def shared_options(command: Callable) -> Callable:
         help="kubelet's container log links: container names by ID.",
     )
     @_option(
+        "--path.cgroupfs",
+        "cgroupfs",
+        default="/sys/fs/cgroup",
+        show_default=True,
+        help="Mount point of the cgroup filesystem (the host's, in a container).",
+    )
+    @_option(
+        "--collector.cgroup/--no-collector.cgroup",
+        "cgroup",
+        default=True,
+        show_default=True,
+        help="Read each group's own cgroup: its CPU (exited processes included), "
+        "throttling and pressure.",
+    )
+    @_option(
+        "--collector.cgroup.pressure/--no-collector.cgroup.pressure",
+        "pressure",
+        default=True,
+        show_default=True,
+        help="Read the cgroups' PSI files (cgroup v2), where the node has them.",
+    )
+    @_option(
+        "--export.interval-gauges/--no-export.interval-gauges",
+        "interval_gauges",
+        default=True,
+        show_default=True,
+        help="Export procdelta_interval_<field>, the last interval as the node measured it.",
+    )
+    @_option(
+        "--export.totals/--no-export.totals",
+        "totals",
+        default=True,
+        show_default=True,
+        help="Export procdelta_<field>_total counters, for rate() and increase().",
+    )
+    @_option(
         "--per-container",
         "per_container",
         is_flag=True,
@@ -93,10 +143,39 @@ def shared_options(command: Callable) -> Callable:
         help="Only log messages of this severity or above.",
     )
     @functools.wraps(command)
-    def wrapper(procfs, pod_logs, container_logs, per_container, pods_only, log_level, **kw):
+    def wrapper(
+        procfs,
+        pod_logs,
+        container_logs,
+        cgroupfs,
+        cgroup,
+        pressure,
+        interval_gauges,
+        totals,
+        per_container,
+        pods_only,
+        log_level,
+        **kw,
+    ):
         _configure_logging(log_level)
         _check_procfs(procfs)
-        options = Options(procfs, pod_logs, container_logs, per_container, pods_only)
+        if not (interval_gauges or totals):
+            raise click.ClickException(
+                "--no-export.interval-gauges with --no-export.totals exports no per-group "
+                "field at all: keep one of them"
+            )
+        options = Options(
+            procfs,
+            pod_logs,
+            container_logs,
+            per_container,
+            pods_only,
+            cgroupfs,
+            cgroup,
+            pressure,
+            interval_gauges,
+            totals,
+        )
         return command(options, **kw)
 
     return wrapper
@@ -131,12 +210,25 @@ def _positive_interval(_ctx, _param, value: float) -> float:
 def build_engine(
     options: Options, clock: Callable[[], int] = boottime_ns, hz: int | None = None
 ) -> Engine:
-    """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine."""
+    """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine, and
+    CgroupFS beside them unless the cgroup fields are off."""
     reader = Reader(ProcFS(options.procfs), clock=clock)
     tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
     names = PodNames(options.pod_logs, options.container_logs)
     grouper = Grouper(names, per_container=options.per_container, pods_only=options.pods_only)
-    return Engine(reader, tracker, grouper, Totals())
+    cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
+    return Engine(reader, tracker, grouper, Totals(), cgroupfs=cgroupfs)
+
+
+def node_sources(options: Options, engine: Engine) -> dict[str, bool]:
+    """What the node provides (collector/sources.py), each missing one said once."""
+    found = sources.probe_procfs(options.procfs)
+    if engine.cgroupfs is not None:
+        found |= sources.probe_cgroups(engine.cgroupfs.hierarchies)
+        if not options.pressure:
+            del found["psi"]
+    sources.log_missing(found, options.procfs, options.cgroupfs if options.cgroup else None)
+    return found
 
 
 def run_once(
@@ -186,14 +278,17 @@ def once(options: Options, interval: float, output_format: str) -> None:
     from collector.exporter import PassLoop
 
     engine = build_engine(options)
+    found = node_sources(options, engine)
     if output_format == "prometheus":
-        loop = PassLoop(engine, interval)
+        loop = PassLoop(engine, interval, shapes=options.shapes, sources=found)
         run_once(engine, interval, time.sleep, run_pass=loop.run_pass)
         click.echo(loop.snapshot().text, nl=False)
         return
     result = run_once(engine, interval, time.sleep)
-    text = output.as_json(result) if output_format == "json" else output.as_table(result)
-    click.echo(text)
+    if output_format == "json":
+        click.echo(output.as_json(result, cgroup_fields=options.cgroup))
+    else:
+        click.echo(output.as_table(result, cgroup_fields=options.cgroup))
 
 
 @cli.command()
@@ -248,7 +343,8 @@ def serve(
             f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
             "/ and /healthz"
         )
-    loop = PassLoop(build_engine(options), interval)
+    engine = build_engine(options)
+    loop = PassLoop(engine, interval, shapes=options.shapes)
     try:
         server = make_server(listen_address, loop, telemetry_path, web)
     except ListenAddressError as error:
@@ -256,8 +352,8 @@ def serve(
     host, port = server.server_address[:2]
     log.info(
         "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "telemetry_path=%s procfs=%s pod_logs=%s container_logs=%s per_container=%s "
-        "pods_only=%s",
+        "telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s container_logs=%s "
+        "per_container=%s pods_only=%s cgroup=%s pressure=%s interval_gauges=%s totals=%s",
         __version__,
         interval,
         listen_address,
@@ -267,11 +363,17 @@ def serve(
         bool(web and web.users),
         telemetry_path,
         options.procfs,
+        options.cgroupfs,
         options.pod_logs,
         options.container_logs,
         options.per_container,
         options.pods_only,
+        options.cgroup,
+        options.pressure,
+        options.interval_gauges,
+        options.totals,
     )
+    loop.set_sources(node_sources(options, engine))
     missing = own_missing_capabilities()
     if missing:
         log.warning(

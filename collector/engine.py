@@ -8,12 +8,21 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from collector.aggregate import FootprintSums, Totals, group_pass
-from collector.groups import Group, Grouper
-from collector.model import REFUSAL_REASONS, THREAD_REFUSAL_REASONS, Fields
+from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
+from collector.cgroupfs import CgroupFS, Location
+from collector.cgroupguard import CgroupAdvance, CgroupTracker
+from collector.groups import Group, Grouper, PodRef
+from collector.model import (
+    CGROUP_REFUSAL_REASONS,
+    REFUSAL_REASONS,
+    THREAD_REFUSAL_REASONS,
+    CgroupFields,
+    CgroupReading,
+    Fields,
+)
 from collector.reading import Reader
 from collector.tracker import Tracker
 
@@ -37,13 +46,26 @@ class PassResult:
     tracked_processes: int
     tracked_threads: int
     denied: int
+    # SPEC §7: each group's own cgroup, beside the process sums (empty when not read)
+    cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
+    dropped_cgroups: Mapping[str, int] = field(default_factory=dict)
+    tracked_cgroups: int = 0
 
-    def ranked(self) -> list[tuple[Group, Fields]]:
-        """Groups with an interval, the biggest on-CPU consumers first."""
-        return sorted(
-            self.intervals.items(),
-            key=lambda item: (-item[1].on_cpu_nanos, -item[1].observed_nanos, item[0].labels),
-        )
+    def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
+        """Groups with an interval of either kind, the biggest CPU consumers first (by
+        on-CPU time, or by their cgroup's CPU where that is larger: a pod of short-lived
+        processes ranks by the CPU it really used)."""
+        groups = set(self.intervals) | set(self.cgroup_intervals)
+        rows = [
+            (group, self.intervals.get(group) or Fields(), self.cgroup_intervals.get(group))
+            for group in groups
+        ]
+
+        def cpu(row: tuple[Group, Fields, CgroupFields | None]) -> int:
+            cgroup = row[2].cgroup_cpu_nanos if row[2] is not None else None
+            return max(row[1].on_cpu_nanos, cgroup or 0)
+
+        return sorted(rows, key=lambda row: (-cpu(row), -row[1].observed_nanos, row[0].labels))
 
 
 @contextlib.contextmanager
@@ -76,11 +98,14 @@ class Engine:
         totals: Totals | None = None,
         wall_clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
+        cgroupfs: CgroupFS | None = None,
     ):
         self.reader = reader
         self.tracker = tracker
         self.grouper = grouper
         self.totals = totals or Totals()
+        self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
+        self.cgroup_tracker = CgroupTracker()
         self.wall_clock = wall_clock
         self.timer = timer
         self.passes = 0
@@ -90,11 +115,13 @@ class Engine:
         began = self.timer()
         with _collector_held():
             self.grouper.refresh()
+            pods = self._pod_cgroups()
             readings = self.reader.read_pass()
             advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
             grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
-            # Frozen per-group sums: nothing published is touched again.
-            self.totals.add_pass(grouped.intervals, grouped.footprints.keys())
+            cgroups = self._cgroup_pass(pods, grouped)
+            seen = grouped.footprints.keys() | cgroups.read
+            self.totals.add_pass(grouped.intervals, seen, cgroups.advance.deltas)
 
         dropped: Counter[str] = Counter(advance.refused)
         dropped["unreadable"] += readings.unreadable + len(grouped.malformed_pids)
@@ -104,6 +131,7 @@ class Engine:
 
         self.passes += 1
         previous, self._previous_listing_ns = self._previous_listing_ns, readings.listed_at_ns
+        refused = cgroups.advance.refused
         return PassResult(
             number=self.passes,
             listed_at_ns=readings.listed_at_ns,
@@ -120,4 +148,44 @@ class Engine:
             tracked_processes=self.tracker.tracked_processes,
             tracked_threads=self.tracker.tracked_threads,
             denied=readings.denied,
+            cgroup_intervals=MappingProxyType(cgroups.advance.deltas),
+            dropped_cgroups=MappingProxyType(
+                {reason: refused[reason] for reason in CGROUP_REFUSAL_REASONS}
+                if self.cgroupfs is not None
+                else {}
+            ),
+            tracked_cgroups=self.cgroup_tracker.tracked,
         )
+
+    def _pod_cgroups(self) -> dict[PodRef, list[Location]]:
+        """Every pod cgroup on the node (or container cgroup, with `--per-container`),
+        listed before the processes are grouped: a pod's own directory says its QoS class
+        where a process's namespaced path may not (`Grouper.learn_qos`)."""
+        if self.cgroupfs is None:
+            return {}
+        pods = self.cgroupfs.pods(self.grouper.per_container)
+        self.grouper.learn_qos(pods)
+        return pods
+
+    def _cgroup_pass(self, pods: dict[PodRef, list[Location]], grouped: Grouped) -> _CgroupPass:
+        """Read and guard the cgroup of every pod listed, whether a process of it
+        contributed or not, and of every non-pod group a process of which was seen."""
+        if self.cgroupfs is None:
+            return _CgroupPass(CgroupAdvance(), frozenset())
+        targets: dict[Group, list[Location]] = {}
+        for pod, locations in pods.items():
+            targets.setdefault(self.grouper.pod_group(pod), []).extend(locations)
+        for group, dirs in grouped.cgroup_dirs.items():
+            targets[group] = [Location(h, path.encode(), None, False) for h, path in dirs]
+        readings: dict[Group, CgroupReading] = {}
+        for group, locations in targets.items():
+            reading = self.cgroupfs.read_group(locations)
+            if reading is not None:
+                readings[group] = reading
+        return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
+
+
+@dataclass(frozen=True, slots=True)
+class _CgroupPass:
+    advance: CgroupAdvance
+    read: frozenset[Group]  # the groups whose cgroup was read this pass

@@ -32,11 +32,12 @@ from collector.exposition import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
     SelfState,
+    Shapes,
     build_families,
     render_both,
 )
 from collector.groups import Group
-from collector.model import Fields
+from collector.model import CgroupFields, Fields
 from collector.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class _Data:
     intervals: Mapping[Group, Fields] = field(default_factory=dict)
     totals: Mapping[Group, Mapping[str, int]] = field(default_factory=dict)
     footprints: Mapping[Group, FootprintSums] = field(default_factory=dict)
+    cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
 
 
 class PassLoop:
@@ -88,19 +90,33 @@ class PassLoop:
         interval: float,
         monotonic: Callable[[], float] = time.monotonic,
         version: str = __version__,
+        shapes: Shapes | None = None,
+        sources: Mapping[str, bool] | None = None,
     ):
         self.engine = engine
         self.interval = interval
         self.monotonic = monotonic
-        self._state = SelfState(version=version)
+        self.shapes = shapes or Shapes()
+        collects_cgroups = getattr(engine, "cgroupfs", None) is not None
+        self._state = SelfState(
+            version=version,
+            dropped_cgroups={} if collects_cgroups and self.shapes.cgroup else None,
+            sources=MappingProxyType(dict(sources)) if sources is not None else None,
+        )
         self._data = _Data()
         self._dropped: Counter[str] = Counter()
         self._dropped_threads: Counter[str] = Counter()
+        self._dropped_cgroups: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._snapshot = self._render(completed_at=None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_denied = False
+
+    def set_sources(self, sources: Mapping[str, bool]) -> None:
+        """What the node provides (`procdelta_source_available`), found at start-up."""
+        self._state = replace(self._state, sources=MappingProxyType(dict(sources)))
+        self._publish(self._render(completed_at=self.snapshot().completed_at))
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -126,18 +142,27 @@ class PassLoop:
             return None
         self._dropped.update(result.dropped)
         self._dropped_threads.update(result.dropped_threads)
+        self._dropped_cgroups.update(result.dropped_cgroups)
         self._state = replace(
             self._state,
             passes=self._state.passes + 1,
             dropped=MappingProxyType(dict(self._dropped)),
             dropped_threads=MappingProxyType(dict(self._dropped_threads)),
+            dropped_cgroups=(
+                None
+                if self._state.dropped_cgroups is None
+                else MappingProxyType(dict(self._dropped_cgroups))
+            ),
+            tracked_cgroups=result.tracked_cgroups,
             durations=self._state.durations.observe(result.duration_seconds),
             interval_seconds=None if result.interval_ns is None else result.interval_ns / 1e9,
             last_pass_timestamp=result.finished_at,
             tracked_processes=result.tracked_processes,
             tracked_threads=result.tracked_threads,
         )
-        self._data = _Data(result.intervals, result.totals, result.footprints)
+        self._data = _Data(
+            result.intervals, result.totals, result.footprints, result.cgroup_intervals
+        )
         self._publish(self._render(completed_at=self.monotonic()))
         if result.denied and not self._warned_denied:
             self._warned_denied = True
@@ -150,7 +175,14 @@ class PassLoop:
 
     def _render(self, completed_at: float | None) -> Snapshot:
         data = self._data
-        families = build_families(data.intervals, data.totals, data.footprints, self._state)
+        families = build_families(
+            data.intervals,
+            data.totals,
+            data.footprints,
+            self._state,
+            data.cgroup_intervals,
+            self.shapes,
+        )
         text, openmetrics = render_both(families)
         return Snapshot.build(text, openmetrics, self._state.passes, completed_at)
 

@@ -18,10 +18,13 @@ from prometheus_client.utils import floatToGoString
 from collector.aggregate import FootprintSums
 from collector.groups import Group
 from collector.model import (
+    CGROUP_FIELD_NAMES,
+    CGROUP_REFUSAL_REASONS,
     COUNTER_FIELD_NAMES,
     FIELD_NAMES,
     REFUSAL_REASONS,
     THREAD_REFUSAL_REASONS,
+    CgroupFields,
     Fields,
 )
 
@@ -58,7 +61,27 @@ _FIELD_HELP = {
     "nonvoluntary_switches": "Involuntary context switches, summed over threads",
     "read_bytes": "Bytes really fetched from storage, summed over threads",
     "write_bytes": "Bytes really sent to storage, summed over threads",
+    # SPEC §7: the group's own cgroup (the unit is in each name: _nanos)
+    "cgroup_cpu_nanos": "CPU time of every task of the group's cgroup, exited ones included (ns)",
+    "cpu_periods": "CFS bandwidth periods with runnable tasks, the group's cgroup and below",
+    "cpu_throttled_periods": "CFS bandwidth periods throttled by the quota, cgroup and below",
+    "cpu_throttled_nanos": "Time throttled by the CFS quota, cgroup and below (runqueue ns)",
+    "cpu_pressure_waiting_nanos": "Time some tasks of the cgroup waited for a CPU (PSI some)",
+    "cpu_pressure_stalled_nanos": "Time all tasks of the cgroup waited for a CPU (PSI full)",
+    "memory_pressure_waiting_nanos": "Time some tasks of the cgroup stalled on memory (PSI some)",
+    "memory_pressure_stalled_nanos": "Time all tasks of the cgroup stalled on memory (PSI full)",
+    "io_pressure_waiting_nanos": "Time some tasks of the cgroup stalled on I/O (PSI some)",
+    "io_pressure_stalled_nanos": "Time all tasks of the cgroup stalled on I/O (PSI full)",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """Which per-group families are exported: the operator's trade of series for detail."""
+
+    interval_gauges: bool = True  # procdelta_interval_<field>
+    totals: bool = True  # procdelta_<field>_total
+    cgroup: bool = True  # the SPEC §7 fields (and their self-metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +119,9 @@ class SelfState:
     last_pass_timestamp: float | None = None
     tracked_processes: int = 0
     tracked_threads: int = 0
+    dropped_cgroups: Mapping[str, int] | None = None  # None: cgroup fields not collected
+    tracked_cgroups: int = 0
+    sources: Mapping[str, bool] | None = None
 
 
 def _group_samples(values: Iterable[tuple[Group, int]], suffix: str = "") -> tuple[Sample, ...]:
@@ -111,29 +137,40 @@ def build_families(
     totals: Mapping[Group, Mapping[str, int]],
     footprints: Mapping[Group, FootprintSums],
     state: SelfState,
+    cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
+    shapes: Shapes | None = None,
 ) -> list[Family]:
-    """Every family of SPEC §5, series in a stable order."""
+    """Every family of SPEC §5 (and §7), series in a stable order."""
     families: list[Family] = []
-    interval_groups = _sorted(intervals)
-    for name in FIELD_NAMES:
-        families.append(
-            Family(
-                f"procdelta_interval_{name}",
-                "gauge",
-                f"{_FIELD_HELP[name]}; the last completed interval.",
-                _group_samples((g, getattr(intervals[g], name)) for g in interval_groups),
+    cgroup_intervals = cgroup_intervals or {}
+    shapes = shapes or Shapes()
+    if shapes.interval_gauges:
+        interval_groups = _sorted(intervals)
+        for name in FIELD_NAMES:
+            families.append(
+                _interval_family(name, ((g, getattr(intervals[g], name)) for g in interval_groups))
             )
-        )
-    total_groups = _sorted(totals)
-    for name in COUNTER_FIELD_NAMES:
-        families.append(
-            Family(
-                f"procdelta_{name}",
-                "counter",
-                f"{_FIELD_HELP[name]}; accumulated since the collector started.",
-                _group_samples(((g, totals[g][name]) for g in total_groups), "_total"),
+        if shapes.cgroup:
+            cgroup_groups = _sorted(cgroup_intervals)
+            for name in CGROUP_FIELD_NAMES:
+                values = ((g, getattr(cgroup_intervals[g], name)) for g in cgroup_groups)
+                families.append(
+                    _interval_family(name, ((g, v) for g, v in values if v is not None))
+                )
+    if shapes.totals:
+        total_groups = _sorted(totals)
+        names = COUNTER_FIELD_NAMES + (CGROUP_FIELD_NAMES if shapes.cgroup else ())
+        for name in names:
+            families.append(
+                Family(
+                    f"procdelta_{name}",
+                    "counter",
+                    f"{_FIELD_HELP[name]}; accumulated since the collector started.",
+                    _group_samples(
+                        ((g, totals[g][name]) for g in total_groups if name in totals[g]), "_total"
+                    ),
+                )
             )
-        )
     footprint_groups = _sorted(footprints)
     for name, help_text in (
         ("processes", "Processes seen by the last pass, with a delta or not."),
@@ -150,6 +187,15 @@ def build_families(
         )
     families.extend(_self_families(state))
     return families
+
+
+def _interval_family(name: str, values: Iterable[tuple[Group, int]]) -> Family:
+    return Family(
+        f"procdelta_interval_{name}",
+        "gauge",
+        f"{_FIELD_HELP[name]}; the last completed interval.",
+        _group_samples(values),
+    )
 
 
 def _by_reason(counts: Mapping[str, int] | None, reasons: tuple[str, ...]) -> tuple[Sample, ...]:
@@ -197,6 +243,39 @@ def _self_families(state: SelfState) -> list[Family]:
             "counter",
             "Threads of contributing processes whose delta was left out of a pass, by reason.",
             _by_reason(state.dropped_threads, THREAD_REFUSAL_REASONS),
+        ),
+        *(
+            ()
+            if state.dropped_cgroups is None
+            else (
+                Family(
+                    "procdelta_dropped_cgroup_deltas",
+                    "counter",
+                    "Groups whose cgroup gave no delta to a pass, by reason.",
+                    _by_reason(state.dropped_cgroups, CGROUP_REFUSAL_REASONS),
+                ),
+                Family(
+                    "procdelta_tracked_cgroups",
+                    "gauge",
+                    "Groups whose cgroup the last pass read.",
+                    (("", (), state.tracked_cgroups),),
+                ),
+            )
+        ),
+        *(
+            ()
+            if state.sources is None
+            else (
+                Family(
+                    "procdelta_source_available",
+                    "gauge",
+                    "Whether the node provides a source the fields depend on (1) or not (0).",
+                    tuple(
+                        ("", (("source", name),), int(found))
+                        for name, found in state.sources.items()
+                    ),
+                ),
+            )
         ),
         Family(
             "procdelta_tracked_processes",

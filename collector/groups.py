@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -100,6 +101,35 @@ def _pod_or_conmon(path: str) -> PodRef | str | None:
     return None
 
 
+def pod_of_dir(path: str) -> PodRef | None:
+    """The pod (or container) whose own cgroup directory `path` is, or None: its last
+    segment is a kubelet pod segment, or a container segment right below one. A
+    container of the runtime's monitor (CRI-O's conmon) is the runtime's: None."""
+    segments = [s for s in path.split("/") if s]
+    if not segments:
+        return None
+    last_is_pod = _POD_SEGMENT.match(segments[-1]) is not None
+    below_pod = len(segments) > 1 and _POD_SEGMENT.match(segments[-2]) is not None
+    if not (last_is_pod or (below_pod and _CONTAINER_SEGMENT.match(segments[-1]))):
+        return None
+    found = _pod_or_conmon(path)
+    return found if isinstance(found, PodRef) else None
+
+
+_KUBEPODS_DIR = re.compile(r"^(?:[a-z0-9-]*kubepods[a-z0-9-]*(?:\.slice)?|kubelet\.slice)$")
+_QOS_DIR = frozenset({"burstable", "besteffort"})
+
+
+def leads_to_pods(name: str, parent: str) -> bool:
+    """Whether a cgroup directory named `name` (under one named `parent`) may hold pod
+    cgroups: kubelet's `kubepods` tree in either driver (`kubepods.slice`,
+    `kubepods-burstable.slice`, `kubepods/burstable`), or kind's nested kubelet
+    (`kubelet.slice/kubelet-kubepods.slice`)."""
+    if _KUBEPODS_DIR.match(name):
+        return True
+    return name in _QOS_DIR and "kubepods" in parent
+
+
 def _qos(parents: list[str], match: re.Match[str]) -> str:
     if match["sqos"]:
         return match["sqos"]
@@ -137,12 +167,46 @@ def group_path(lines: tuple[CgroupLine, ...]) -> str:
     return strip_namespace_prefix(lines[0].path)
 
 
+CgroupDirs = tuple[tuple[str, str], ...]
+"""(hierarchy, path) of a group's own cgroup in each hierarchy that holds it: `v2`, and
+the v1 controllers `cpu` and `cpuacct` (SPEC §7)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Classified:
-    """What a cgroup file says: a pod, or else the cgroup path that names the group."""
+    """What a cgroup file says: a pod, or else the cgroup path that names the group and
+    where that cgroup's own directories are."""
 
     pod: PodRef | None
     cgroup: str
+    dirs: CgroupDirs = ()
+
+
+def cgroup_dirs(lines: tuple[CgroupLine, ...], label: str) -> CgroupDirs:
+    """Where a non-pod group's own cgroup counters are: each hierarchy in which the process
+    sits at the group's path, `label`. Never the root (its counters are the whole
+    machine's), never a hierarchy where the process sits elsewhere (on a hybrid host the
+    v1 controllers often hold every service at the root).
+
+    A path seen from another cgroup namespace lost its leading `/..` segments: it is taken
+    from the hierarchy's root, which is right for every cgroup outside the namespace's
+    own subtree (the reader's pod, whose pods are found by enumeration instead).
+    """
+    if label == "/":
+        return ()
+    dirs: list[tuple[str, str]] = []
+    for line in lines:
+        if strip_namespace_prefix(line.path) != label:
+            continue
+        if _is_v2(line):
+            dirs.append(("v2", label))
+        for controller in ("cpu", "cpuacct"):
+            if controller in line.controllers:
+                dirs.append((controller, label))
+    return tuple(sorted(set(dirs), key=lambda d: HIERARCHY_ORDER.index(d[0])))
+
+
+HIERARCHY_ORDER = ("v2", "cpu", "cpuacct")
 
 
 @lru_cache(maxsize=8192)
@@ -160,7 +224,8 @@ def classify(cgroup_text: bytes) -> Classified:
             break  # the runtime's own process: no other hierarchy makes it a pod's
         if pod is not None:
             return Classified(pod, "")  # type: ignore[arg-type]
-    return Classified(None, group_path(lines))
+    label = group_path(lines)
+    return Classified(None, label, cgroup_dirs(lines, label))
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +317,24 @@ class Grouper:
         self.per_container = per_container
         self.pods_only = pods_only
         self._groups: dict[bytes, Group | None] = {}
+        self._qos: dict[str, str] = {}  # by pod UID, from the pod's cgroup directory
 
     def refresh(self) -> None:
         """Follow kubelet's files; forget the groups made with names that may be stale."""
         if self.names.refresh():
+            self._groups.clear()
+
+    def learn_qos(self, pods: Iterable[PodRef]) -> None:
+        """The QoS class of each pod, as its own cgroup directory's path tells it.
+
+        A process seen from another cgroup namespace has a path relative to that
+        namespace (`/../../pod<uid>/<id>`, its leading `/..` dropped), which may have lost
+        the QoS directory above the pod; the pod's directory, found from the hierarchy's
+        root, has not. Groups made without it are made again.
+        """
+        learned = {pod.uid: pod.qos for pod in pods if pod.qos}
+        if learned != self._qos:
+            self._qos = learned
             self._groups.clear()
 
     def group_of(self, cgroup_text: bytes) -> Group | None:
@@ -276,12 +355,16 @@ class Grouper:
             if self.pods_only:
                 return None
             return Group("cgroup", (("cgroup", classified.cgroup),))
+        return self.pod_group(pod)
+
+    def pod_group(self, pod: PodRef) -> Group:
+        """The group of a pod (or, with `--per-container`, of one of its containers)."""
         info = self.names.pod(pod.uid)
         labels = [
             ("namespace", info.namespace if info else ""),
             ("pod", info.name if info else ""),
             ("uid", pod.uid),
-            ("qos", pod.qos),
+            ("qos", self._qos.get(pod.uid) or pod.qos),
         ]
         if self.per_container:
             labels.append(("container", self.names.container(pod.container_id) or ""))

@@ -164,3 +164,68 @@ REFUSAL_REASONS: tuple[str, ...] = (
 THREAD_REFUSAL_REASONS: tuple[str, ...] = REFUSAL_REASONS[:3]
 """Why a thread of a contributing process added nothing to its sums in a pass
 (`procdelta_dropped_thread_deltas_total{reason}`): guarded like a process (SPEC §2)."""
+
+
+class Pressure(NamedTuple):
+    """A PSI file (`cpu.pressure`, `memory.pressure`, `io.pressure`): the `total=` of its
+    `some` and `full` lines, in microseconds (Documentation/accounting/psi.rst)."""
+
+    some_us: int
+    full_us: int | None  # None where the kernel prints no `full` line
+
+
+class Bandwidth(NamedTuple):
+    """The CFS bandwidth counters of one cgroup (`cpu.stat`), with the directory they
+    were read from: `path` relative to the group's own cgroup (`b""` for itself)."""
+
+    path: bytes
+    inode: int
+    periods: int
+    throttled_periods: int
+    throttled_ns: int
+
+
+class CgroupReading(NamedTuple):
+    """One group's own cgroup, read once in a pass (SPEC §7).
+
+    `identity` is (hierarchy, inode) of each of the group's directories that was read: a
+    cgroup removed and made again under the same path has a new inode. `usage_ns` and
+    `pressure` (cpu, memory, io) are hierarchical in the kernel and read from the group's
+    own directory; `bandwidth` is not, so it lists the group's cgroup and every cgroup
+    below it. None: the node has no such file for this group.
+    """
+
+    identity: tuple[tuple[str, int], ...]
+    usage_ns: int | None
+    pressure: tuple[Pressure | None, Pressure | None, Pressure | None]
+    bandwidth: tuple[Bandwidth, ...] | None
+
+
+@dataclass(slots=True)
+class CgroupFields:
+    """The fields of SPEC §7 for one group and one interval; None = no source on the node."""
+
+    cgroup_cpu_nanos: int | None = None
+    cpu_periods: int | None = None
+    cpu_throttled_periods: int | None = None
+    cpu_throttled_nanos: int | None = None
+    cpu_pressure_waiting_nanos: int | None = None
+    cpu_pressure_stalled_nanos: int | None = None
+    memory_pressure_waiting_nanos: int | None = None
+    memory_pressure_stalled_nanos: int | None = None
+    io_pressure_waiting_nanos: int | None = None
+    io_pressure_stalled_nanos: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {name: getattr(self, name) for name in CGROUP_FIELD_NAMES}
+
+
+CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
+"""The ten fields of SPEC §7, in order; each is both an interval gauge and a counter."""
+
+PRESSURE_FIELD_NAMES: tuple[str, ...] = CGROUP_FIELD_NAMES[4:]
+"""The six PSI fields: cpu, memory, io, each `some` (waiting) then `full` (stalled)."""
+
+CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
+"""Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):
+its first sighting, a directory made anew under the same path, or a counter that fell."""

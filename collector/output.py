@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 
 from collector.engine import PassResult
-from collector.model import FIELD_NAMES
+from collector.model import CGROUP_FIELD_NAMES, FIELD_NAMES, CgroupFields
 
 
-def as_json(result: PassResult) -> str:
-    """A list of objects: the group's labels under "group", then the §3 fields by name."""
+def as_json(result: PassResult, cgroup_fields: bool = True) -> str:
+    """A list of objects: the group's labels under "group", then the §3 fields by name,
+    then (unless the cgroup fields are off) the §7 fields, null where the group's cgroup
+    has no such file or gave no delta this interval. A group whose cgroup gave a delta
+    but no process of which contributed has its §3 fields at 0 (a sum over nothing)."""
     rows = []
-    for group, fields in result.ranked():
+    for group, fields, cgroup in result.ranked():
         row: dict[str, object] = {"group": group.label_dict()}
         row.update((name, getattr(fields, name)) for name in FIELD_NAMES)
+        if cgroup_fields:
+            cgroup = cgroup or CgroupFields()
+            row.update((name, getattr(cgroup, name)) for name in CGROUP_FIELD_NAMES)
         rows.append(row)
     return json.dumps(rows, indent=2)
 
@@ -71,6 +77,10 @@ _COLUMNS = (
     ("READ", "read_bytes"),
     ("WRITE", "write_bytes"),
 )
+# What the group's own cgroup adds (SPEC §7): its CPU, exited processes included, beside
+# the sums' ON-CPU; time throttled by its own quota and the periods throttled out of
+# those with runnable tasks; time some of its tasks waited for a CPU (PSI).
+_CGROUP_COLUMNS = ("CGROUP-CPU", "THROTTLED", "THR-PERIODS", "CPU-WAIT")
 
 
 def _cell(field: str, value: int) -> str:
@@ -81,17 +91,43 @@ def _cell(field: str, value: int) -> str:
     return _count(value)
 
 
-def as_table(result: PassResult, max_group_width: int = 60) -> str:
-    """One row per group, the biggest on-CPU consumers first, in human units."""
+def _cgroup_cells(cgroup: CgroupFields | None) -> list[str]:
+    if cgroup is None:
+        return ["-"] * len(_CGROUP_COLUMNS)
+
+    def nanos(value: int | None) -> str:
+        return "-" if value is None else _seconds(value)
+
+    periods = (
+        "-"
+        if cgroup.cpu_periods is None or cgroup.cpu_throttled_periods is None
+        else f"{_count(cgroup.cpu_throttled_periods)}/{_count(cgroup.cpu_periods)}"
+    )
+    return [
+        nanos(cgroup.cgroup_cpu_nanos),
+        nanos(cgroup.cpu_throttled_nanos),
+        periods,
+        nanos(cgroup.cpu_pressure_waiting_nanos),
+    ]
+
+
+def as_table(result: PassResult, max_group_width: int = 60, cgroup_fields: bool = True) -> str:
+    """One row per group, the biggest CPU consumers first, in human units; then what
+    the group's own cgroup says ("-": no such file, or no delta yet)."""
     interval = "" if result.interval_ns is None else f" over {result.interval_ns / 1e9:.2f}s"
     rows = []
-    for group, fields in result.ranked():
+    for group, fields, cgroup in result.ranked():
         name = group_name(group.label_dict())
         if len(name) > max_group_width:
             keep = (max_group_width - 1) // 2
             name = name[:keep] + "…" + name[-keep:]
-        rows.append([name] + [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f])
+        row = [name] + [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f]
+        if cgroup_fields:
+            row += _cgroup_cells(cgroup)
+        rows.append(row)
     header = [title for title, _ in _COLUMNS]
+    if cgroup_fields:
+        header += _CGROUP_COLUMNS
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [f"{len(rows)} groups{interval}; time is process-time (sums, not rates)"]
     for row in [header, *rows]:

@@ -1,4 +1,4 @@
-"""Pure parsers: `bytes` of one `/proc` file in, a frozen dataclass out.
+"""Pure parsers: `bytes` of one `/proc` or cgroup file in, a NamedTuple (or int) out.
 
 Each raises `Malformed` (naming the file and the text) on anything it cannot read
 exactly; none touches the filesystem.
@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import re
 
-from collector.model import CgroupLine, IOBytes, Malformed, SchedStat, Stat, Switches
+from collector.model import (
+    CgroupLine,
+    IOBytes,
+    Malformed,
+    Pressure,
+    SchedStat,
+    Stat,
+    Switches,
+)
 
 # Field N of proc(5)'s stat list sits at index N - 3 once the line is cut after `comm`.
 _STAT_FIELDS_NEEDED = 24 - 3 + 1
@@ -154,3 +162,42 @@ def parse_cgroup(data: bytes) -> tuple[CgroupLine, ...]:
     if not lines:
         raise Malformed("cgroup", data)
     return tuple(lines)
+
+
+def parse_flat_keyed(data: bytes, what: str = "cpu.stat") -> dict[bytes, int]:
+    """A cgroup "flat keyed" file such as `cpu.stat`: one `key value` pair per line
+    (Documentation/admin-guide/cgroup-v2.rst, "Format"). Keys the kernel adds later are
+    kept and ignored by the caller."""
+    values: dict[bytes, int] = {}
+    for line in data.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise Malformed(what, data)
+        values[parts[0]] = int(parts[1])
+    if not values:
+        raise Malformed(what, data)
+    return values
+
+
+def parse_single_value(data: bytes, what: str = "cpuacct.usage") -> int:
+    """A file that holds one non-negative integer, such as v1 `cpuacct.usage` (ns)."""
+    return _natural(data.strip(), what, data)
+
+
+def parse_pressure(data: bytes, what: str = "pressure") -> Pressure:
+    """A PSI file: `some avg10=… avg60=… avg300=… total=<µs>` and, where the kernel has
+    it, the same for `full` (Documentation/accounting/psi.rst). Only the totals, which
+    only grow, are kept: the averages are the kernel's own ratios."""
+    totals: dict[bytes, int] = {}
+    for line in data.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] not in (b"some", b"full") or not parts[-1].startswith(b"total="):
+            raise Malformed(what, data)
+        totals[parts[0]] = _natural(parts[-1][len(b"total=") :], what, data)
+    if b"some" not in totals:
+        raise Malformed(what, data)
+    return Pressure(totals[b"some"], totals.get(b"full"))

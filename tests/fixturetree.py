@@ -1,15 +1,18 @@
-"""The literal fixture proc tree (tests/fixtures) and a scripted clock to pass over it."""
+"""The literal fixture proc tree (tests/fixtures), its cgroupfs (tests/cgroupfixture.py),
+and a scripted clock to pass over them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from collector.aggregate import Totals
+from collector.cgroupfs import CgroupFS
 from collector.engine import Engine
 from collector.groups import Grouper, PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
+from tests.cgroupfixture import MAIN, CgroupTree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PASS1 = FIXTURES / "proc" / "pass1"
@@ -33,11 +36,13 @@ class ScriptedClock:
 
 
 class FixtureRun:
-    """An engine over pass1; `sleep()` moves it to pass2 and the clock to 1010 s."""
+    """An engine over pass1 and its cgroupfs; `sleep()` moves both to pass2 and the clock
+    to 1010 s. Without `cgroups`, the cgroup fields are not collected."""
 
-    def __init__(self, per_container: bool = False, pods_only: bool = False):
+    def __init__(self, per_container: bool = False, pods_only: bool = False, cgroups: bool = True):
         self.clock = ScriptedClock()
         self.procfs = ProcFS(str(PASS1))
+        self.cgroups = CgroupTree(MAIN) if cgroups else None
         names = PodNames(str(POD_LOGS), str(CONTAINER_LOGS))
         self.engine = Engine(
             Reader(self.procfs, clock=self.clock, page_size=4096),
@@ -46,8 +51,11 @@ class FixtureRun:
             Totals(),
             wall_clock=lambda: 1_700_000_000.0,
             timer=lambda: 0.0,
+            cgroupfs=CgroupFS(str(self.cgroups.root)) if self.cgroups else None,
         )
 
     def sleep(self, seconds: float) -> None:
         self.procfs.root = str(PASS2)
+        if self.cgroups is not None:
+            self.cgroups.next_pass()
         self.clock.now = 1010 * SEC

@@ -1,4 +1,4 @@
-"""Names from SPEC §3, spelled out here (not imported from the code under test)."""
+"""Names from SPEC §3 and §7, spelled out here (not imported from the code under test)."""
 
 FIELDS = [
     "processes",
@@ -13,3 +13,17 @@ FIELDS = [
     "read_bytes",
     "write_bytes",
 ]
+
+CGROUP_FIELDS = [
+    "cgroup_cpu_nanos",
+    "cpu_periods",
+    "cpu_throttled_periods",
+    "cpu_throttled_nanos",
+    "cpu_pressure_waiting_nanos",
+    "cpu_pressure_stalled_nanos",
+    "memory_pressure_waiting_nanos",
+    "memory_pressure_stalled_nanos",
+    "io_pressure_waiting_nanos",
+    "io_pressure_stalled_nanos",
+]
+"""SPEC §7, in its table's order."""

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.fixturetree import CONTAINER_LOGS, PASS1, POD_LOGS
-from tests.spec import FIELDS
+from tests.spec import CGROUP_FIELDS, FIELDS
 
 
 def procdelta(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -89,8 +89,26 @@ def test_once_on_this_machine_prints_every_field():
     rows = json.loads(result.stdout)
     assert rows, "this machine has processes, so at least one group"
     for row in rows:
-        assert list(row) == ["group", *FIELDS]
-        assert all(isinstance(v, int) and v >= 0 for v in list(row.values())[1:])
+        assert list(row) == ["group", *FIELDS, *CGROUP_FIELDS]
+        assert all(isinstance(row[f], int) and row[f] >= 0 for f in FIELDS)
+        assert all(row[f] is None or row[f] >= 0 for f in CGROUP_FIELDS)
+
+
+def test_without_the_cgroup_collector_json_has_the_process_fields_only():
+    result = procdelta("once", "--interval", "0.2", "--format", "json", "--no-collector.cgroup")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows and all(list(row) == ["group", *FIELDS] for row in rows)
+    env = procdelta(
+        "once", "--interval", "0.2", "--format", "json", env={"PROCDELTA_COLLECTOR_CGROUP": "false"}
+    )
+    assert env.returncode == 0, env.stderr
+    assert all(list(row) == ["group", *FIELDS] for row in json.loads(env.stdout))
+
+
+def test_both_export_shapes_off_is_refused():
+    result = procdelta("once", "--no-export.interval-gauges", "--no-export.totals")
+    assert_one_line_error(result, "keep one of them")
 
 
 def test_table_is_the_default():

@@ -15,6 +15,7 @@ from collector.exposition import Family, render_openmetrics, render_text
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
 from tests.fixturetree import FixtureRun
 from tests.promtools import check_metrics
+from tests.spec import CGROUP_FIELDS
 from tests.test_golden import check_golden
 
 
@@ -52,7 +53,11 @@ def test_every_family_of_the_spec_with_its_type():
         "procdelta_tracked_processes": "gauge",
         "procdelta_tracked_threads": "gauge",
         "procdelta_build_info": "gauge",
+        "procdelta_dropped_cgroup_deltas": "counter",
+        "procdelta_tracked_cgroups": "gauge",
     }
+    expected |= {f"procdelta_interval_{name}": "gauge" for name in CGROUP_FIELDS}
+    expected |= {f"procdelta_{name}": "counter" for name in CGROUP_FIELDS}
     for name, kind in expected.items():
         assert name in families, name
         assert families[name].type == kind, name

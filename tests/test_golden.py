@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from collector import output
 from collector.cli import cli, run_once
+from tests.cgroupfixture import MAIN, CgroupTree
 from tests.fixturetree import CONTAINER_LOGS, PASS1, POD_LOGS, FixtureRun
-from tests.spec import FIELDS
+from tests.spec import CGROUP_FIELDS, FIELDS
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -81,12 +82,58 @@ def test_cli_once_json_over_the_fixture_tree():
         "--path.container-logs",
         str(CONTAINER_LOGS),
     ]
-    result = runner.invoke(cli, args, catch_exceptions=False)
+    tree = CgroupTree(MAIN)  # stays at its first pass: nothing moves
+    result = runner.invoke(cli, [*args, "--path.cgroupfs", str(tree.root)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert rows and [list(row) for row in rows] == [["group", *FIELDS]] * len(rows)
+    assert rows and [list(row) for row in rows] == [["group", *FIELDS, *CGROUP_FIELDS]] * len(rows)
     groups = {json.dumps(row["group"], sort_keys=True) for row in rows}
     assert json.dumps({"cgroup": "/system.slice/odd.service"}) in groups
     for row in rows:
-        assert row["observed_nanos"] > 0
-        assert all(row[f] == 0 for f in list(row)[3:]), row
+        if row["processes"]:
+            assert row["observed_nanos"] > 0
+            assert all(row[f] == 0 for f in FIELDS[2:]), row
+        else:  # a pod seen only through its cgroup
+            assert row["group"]["uid"] and row["cgroup_cpu_nanos"] == 0, row
+        assert all(row[f] in (0, None) for f in CGROUP_FIELDS), row
+    by_name = {row["group"].get("pod") or row["group"].get("cgroup"): row for row in rows}
+    assert by_name["cart-7d9f"]["cpu_periods"] == 0  # v1: throttling read, nothing moved
+    assert by_name["cart-7d9f"]["cpu_pressure_waiting_nanos"] is None  # no PSI on v1
+    assert by_name["/system.slice/odd.service"]["cpu_pressure_waiting_nanos"] == 0
+
+
+def test_cgroup_fields_of_each_fixture_group_derived_by_hand():
+    """Each §7 field of the fixture's groups, from the numbers written in
+    tests/cgroupfixture.py (pass 2 minus pass 1), not from a file the code wrote."""
+    run = FixtureRun()
+    result = run_once(run.engine, 10.0, run.sleep)
+    by_name = {
+        (group.label_dict().get("pod") or group.label_dict().get("uid") or group.labels[0][1]): c
+        for group, c in result.cgroup_intervals.items()
+    }
+    sec = 10**9
+    cart = by_name["cart-7d9f"]  # v1 only: cpuacct.usage, the container's quota, no PSI
+    assert cart.cgroup_cpu_nanos == 2_500_000_000
+    assert (cart.cpu_periods, cart.cpu_throttled_periods) == (100, 100)
+    assert cart.cpu_throttled_nanos == 8 * sec
+    assert cart.cpu_pressure_waiting_nanos is None and cart.io_pressure_stalled_nanos is None
+    nginx = by_name["nginx-0"]  # v2 usage and PSI, v1 bandwidth of pod + container summed
+    assert nginx.cgroup_cpu_nanos == 2 * sec
+    assert (nginx.cpu_periods, nginx.cpu_throttled_periods) == (100 + 100, 5)
+    assert nginx.cpu_throttled_nanos == 20_000_000
+    assert (nginx.cpu_pressure_waiting_nanos, nginx.cpu_pressure_stalled_nanos) == (
+        250_000_000,
+        100_000_000,
+    )
+    assert nginx.io_pressure_waiting_nanos is None  # its io.pressure is missing
+    etcd = by_name["etcd-node1"]  # found from another cgroup namespace's path
+    assert etcd.cgroup_cpu_nanos == 5 * sec and etcd.cpu_periods is None
+    assert (etcd.io_pressure_waiting_nanos, etcd.io_pressure_stalled_nanos) == (sec, sec // 2)
+    odd = by_name["/system.slice/odd.service"]
+    assert odd.cgroup_cpu_nanos == sec // 2 and odd.cpu_pressure_waiting_nanos == 1_000_000
+    assert "deadbeef-0000-4000-8000-00000000cafe" not in by_name  # its usage fell
+    assert "/" not in by_name  # the root's counters are the whole machine's
+    assert dict(result.dropped_cgroups) == {"first_seen": 1, "recreated": 0, "counter_fell": 1}
+    # the cgroup fields never change the process fields: the same sums as without them
+    plain = FixtureRun(cgroups=False)
+    assert dict(run_once(plain.engine, 10.0, plain.sleep).intervals) == dict(result.intervals)

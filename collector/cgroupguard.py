@@ -1,0 +1,129 @@
+"""The guard of the groups' cgroup counters (SPEC §7): readings in, deltas and refusals out.
+
+Pure, like the process guard (collector/tracker.py): no I/O, no clock. A group's cgroup
+is identified by the inodes of its directories (a cgroup removed and made again under
+the same path is a new one). Per group and pass:
+
+| case | result |
+| --- | --- |
+| not in the cache (first sighting) | no delta (`first_seen`) |
+| a directory has another inode (made anew) | no delta (`recreated`) |
+| any counter below the cached one | no delta at all for the group (`counter_fell`) |
+| otherwise | delta = new - cached, field by field |
+
+The bandwidth counters are summed over the group's cgroup and the cgroups below it
+(the kernel keeps them per cgroup). Each of those is guarded on its own, by its path
+below the group and its inode: one seen at the last pass with the same inode adds its
+difference; one that was not there at the last pass (or was there under another inode)
+was made since the group's last reading, so every count it holds is this interval's
+and it adds them whole; one that is gone loses its last interval, as an exited process
+does. The group's own identity does not change with its children (a container restarts
+inside the same pod).
+
+In every case the new reading replaces the cached one; a group not read in a pass is
+forgotten, so the cache is bounded by the cgroups on the node.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from collector.model import Bandwidth, CgroupFields, CgroupReading, Pressure
+
+
+@dataclass(slots=True)
+class CgroupAdvance:
+    """The outcome of one pass through the guard."""
+
+    deltas: dict[Hashable, CgroupFields] = field(default_factory=dict)
+    refused: Counter[str] = field(default_factory=Counter)
+
+
+class _Fell(Exception):
+    """A counter of the new reading is below the cached one."""
+
+
+def _difference(new: int | None, old: int | None) -> int | None:
+    if new is None or old is None:
+        return None
+    if new < old:
+        raise _Fell
+    return new - old
+
+
+def _pressure(new: Pressure | None, old: Pressure | None) -> tuple[int | None, int | None]:
+    """(waiting ns, stalled ns) of one PSI file: `some` and `full`, µs → ns."""
+    if new is None or old is None:
+        return None, None
+    some = _difference(new.some_us, old.some_us)
+    full = _difference(new.full_us, old.full_us)
+    return (
+        None if some is None else some * 1000,
+        None if full is None else full * 1000,
+    )
+
+
+def _bandwidth(
+    new: tuple[Bandwidth, ...] | None, old: tuple[Bandwidth, ...] | None
+) -> tuple[int | None, int | None, int | None]:
+    """(periods, throttled periods, throttled ns) summed over the cgroups of the group."""
+    if new is None or old is None:
+        return None, None, None
+    before = {entry.path: entry for entry in old}
+    periods = throttled = throttled_ns = 0
+    for entry in new:
+        last = before.get(entry.path)
+        if last is None or last.inode != entry.inode:  # made since the last reading
+            periods += entry.periods
+            throttled += entry.throttled_periods
+            throttled_ns += entry.throttled_ns
+            continue
+        periods += _difference(entry.periods, last.periods)
+        throttled += _difference(entry.throttled_periods, last.throttled_periods)
+        throttled_ns += _difference(entry.throttled_ns, last.throttled_ns)
+    return periods, throttled, throttled_ns
+
+
+def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
+    """The fields of one interval from two readings of the same cgroup; None if a
+    counter fell (the whole delta is dropped, never one field clamped)."""
+    try:
+        usage = _difference(new.usage_ns, old.usage_ns)
+        periods, throttled, throttled_ns = _bandwidth(new.bandwidth, old.bandwidth)
+        cpu = _pressure(new.pressure[0], old.pressure[0])
+        memory = _pressure(new.pressure[1], old.pressure[1])
+        io = _pressure(new.pressure[2], old.pressure[2])
+    except _Fell:
+        return None
+    return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io)
+
+
+class CgroupTracker:
+    """Keeps one `CgroupReading` per group between passes."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Hashable, CgroupReading] = {}
+
+    def advance(self, readings: Mapping[Hashable, CgroupReading]) -> CgroupAdvance:
+        outcome = CgroupAdvance()
+        for group, new in readings.items():
+            old = self._cache.get(group)
+            if old is None:
+                outcome.refused["first_seen"] += 1
+                continue
+            if old.identity != new.identity:
+                outcome.refused["recreated"] += 1
+                continue
+            delta = cgroup_delta(new, old)
+            if delta is None:
+                outcome.refused["counter_fell"] += 1
+                continue
+            outcome.deltas[group] = delta
+        self._cache = dict(readings)
+        return outcome
+
+    @property
+    def tracked(self) -> int:
+        return len(self._cache)
