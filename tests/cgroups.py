@@ -18,7 +18,7 @@ WORKLOAD = Path(__file__).parent / "workload.py"
 
 
 def mounts() -> dict[str, str]:
-    """{"v2": mount point of cgroup2, "cpu": mount point of the v1 cpu controller}."""
+    """{"v2": mount point of cgroup2, "cpu"/"cpuacct": those of the v1 controllers}."""
     found: dict[str, str] = {}
     with open("/proc/self/mountinfo") as mountinfo:
         for line in mountinfo:
@@ -27,8 +27,10 @@ def mounts() -> dict[str, str]:
             fstype, _source, options = after.split()[:3]
             if fstype == "cgroup2":
                 found.setdefault("v2", point)
-            elif fstype == "cgroup" and "cpu" in options.split(","):
-                found.setdefault("cpu", point)
+            elif fstype == "cgroup":
+                for controller in ("cpu", "cpuacct"):
+                    if controller in options.split(","):
+                        found.setdefault(controller, point)
     return found
 
 
@@ -62,6 +64,21 @@ def cgroup(kind: str, relative: str):
                     time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def cgroups(kinds: tuple[str, ...], relative: str):
+    """The same path made in several hierarchies, as a container runtime does on a host
+    with more than one (a hybrid host: the v1 controllers and the v2 tree): {kind: path}.
+    Co-mounted controllers (`cpu,cpuacct`) share one directory."""
+    with contextlib.ExitStack() as stack:
+        made: dict[str, str] = {}
+        for kind in kinds:
+            if hierarchy(kind) in (hierarchy(k) for k in made):
+                made[kind] = next(p for k, p in made.items() if hierarchy(k) == hierarchy(kind))
+                continue
+            made[kind] = stack.enter_context(cgroup(kind, relative))
+        yield made
+
+
 def _evict(path: str, root: str) -> None:
     """Kill what is left in a cgroup we made, and move any survivor to the root."""
     try:
@@ -76,12 +93,21 @@ def _evict(path: str, root: str) -> None:
             out.write(str(pid))
 
 
-class Workload:
-    """tests/workload.py started inside a cgroup (before its first instruction runs)."""
+def enter(paths: str | list[str]) -> str:
+    """A shell command that moves the shell into every cgroup of `paths`."""
+    if isinstance(paths, str):
+        paths = [paths]
+    return " && ".join(
+        f'echo $$ > "{os.path.join(p, "cgroup.procs")}"' for p in dict.fromkeys(paths)
+    )
 
-    def __init__(self, cgroup_path: str, *args: str):
-        procs = os.path.join(cgroup_path, "cgroup.procs")
-        command = f'echo $$ > "{procs}" && exec "{sys.executable}" "{WORKLOAD}" ' + " ".join(args)
+
+class Workload:
+    """tests/workload.py started inside a cgroup, or the same path in several hierarchies
+    (before its first instruction runs)."""
+
+    def __init__(self, cgroup_path: str | list[str], *args: str):
+        command = f'{enter(cgroup_path)} && exec "{sys.executable}" "{WORKLOAD}" ' + " ".join(args)
         self.process = subprocess.Popen(
             ["sh", "-c", command],
             stdin=subprocess.PIPE,

@@ -1,11 +1,11 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
-    python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR]
+    python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
 block; with --churn a thread keeps starting short-lived threads and children and
-writing to a file in DIR. Commands:
+writing to a file in DIR; with --cpu every thread runs on that CPU only. Commands:
 
     count           print the total number of sleeps done so far
     fork            fork a child that waits for orders; print its PID
@@ -91,7 +91,10 @@ def main() -> None:
     parser.add_argument("--sleepers", type=int, default=0)
     parser.add_argument("--idle", type=int, default=0)
     parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
+    parser.add_argument("--cpu", type=int, help="run on this CPU only")
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     sleeps[:] = [0] * args.sleepers
     threads = [threading.Thread(target=busy, daemon=True) for _ in range(args.busy)]
     threads += [
