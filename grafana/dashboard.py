@@ -85,6 +85,9 @@ def dashboard() -> dict:
     run_delay = f"{BY_POD} ({rate('procdelta_run_delay_nanos_total')})"
     on_cpu = f"{BY_POD} ({rate('procdelta_on_cpu_nanos_total')})"
     observed = f"{BY_POD} ({rate('procdelta_observed_nanos_total')})"
+    cgroup_cpu = f"{BY_POD} ({rate('procdelta_cgroup_cpu_nanos_total')})"
+    periods = f"{BY_POD} ({rate('procdelta_cpu_periods_total')})"
+    throttled_periods = f"{BY_POD} ({rate('procdelta_cpu_throttled_periods_total')})"
     pods = "{{namespace}}/{{pod}}"
     panels = [
         row("CPU"),
@@ -92,7 +95,8 @@ def dashboard() -> dict:
             "CPU starvation",
             "percentunit",
             [(f"{run_delay}\n/\n({run_delay} + {on_cpu})", pods)],
-            "Share of runnable time spent waiting for a CPU: run delay / (run delay + on-CPU).",
+            "Share of runnable time spent waiting for a CPU: run delay / (run delay + on-CPU). "
+            "A pod throttled by its own CPU limit waits too: see the throttled share below.",
         ),
         panel("Cores used", "short", [(f"{on_cpu} / 1e9", pods)], "On-CPU seconds per second."),
         panel(
@@ -125,6 +129,66 @@ def dashboard() -> dict:
                     pods + " involuntary",
                 ),
             ],
+        ),
+        row("Throttled or contended, coverage, pressure (the pod's own cgroup)"),
+        panel(
+            "Throttled share of CPU periods",
+            "percentunit",
+            [(f"{throttled_periods}\n/\n({periods} > 0)", pods)],
+            "CFS periods in which the pod's own CPU quota throttled it, over periods in "
+            "which it had work. High: its run delay is its own limit, not contention. No "
+            "series: no quota.",
+        ),
+        panel(
+            "Run delay: throttled or contended",
+            "short",
+            [
+                (f"{run_delay} / 1e9", pods + " run delay"),
+                (
+                    f"{BY_POD} ({rate('procdelta_cpu_throttled_nanos_total')}) / 1e9",
+                    pods + " throttled",
+                ),
+            ],
+            "Seconds per second spent runnable but waiting (summed over threads), beside the "
+            "time its quota held its cgroup throttled (per run queue). Close together: the "
+            "wait is the limit; run delay far above: contention for the node's CPUs.",
+        ),
+        panel(
+            "Coverage: on-CPU seen by the sums / the cgroup's CPU",
+            "percentunit",
+            [(f"{on_cpu}\n/\n({cgroup_cpu} > 0)", pods)],
+            "The share of the pod's CPU (every task, exited ones included) that its "
+            "per-process sums saw. Low: most of its CPU went to processes that lived less "
+            "than a pass; their run delay and switches are not in the other panels.",
+        ),
+        panel(
+            "Cores used: sums and cgroup",
+            "short",
+            [
+                (f"{on_cpu} / 1e9", pods + " processes seen"),
+                (f"{cgroup_cpu} / 1e9", pods + " cgroup"),
+            ],
+            "CPU seconds per second: the per-process sums, and the pod's cgroup.",
+        ),
+        panel(
+            "Pressure (PSI some): share of time some task waited",
+            "percentunit",
+            [
+                (
+                    f"{BY_POD} ({rate('procdelta_cpu_pressure_waiting_nanos_total')}) / 1e9",
+                    pods + " cpu",
+                ),
+                (
+                    f"{BY_POD} ({rate('procdelta_memory_pressure_waiting_nanos_total')}) / 1e9",
+                    pods + " memory",
+                ),
+                (
+                    f"{BY_POD} ({rate('procdelta_io_pressure_waiting_nanos_total')}) / 1e9",
+                    pods + " io",
+                ),
+            ],
+            "cgroup v2 only: the share of wall time in which at least one of the pod's tasks "
+            "waited for a CPU, stalled on memory, or stalled on I/O.",
         ),
         row("Memory and storage"),
         panel(
@@ -183,9 +247,22 @@ def dashboard() -> dict:
                     f"sum by (reason) ({rate('procdelta_dropped_thread_deltas_total', NODE)})",
                     "thread {{reason}}",
                 ),
+                (
+                    f"sum by (reason) ({rate('procdelta_dropped_cgroup_deltas_total', NODE)})",
+                    "cgroup {{reason}}",
+                ),
             ],
-            "Processes that contributed no delta to a pass, and threads left out of a "
-            "contributing process's sums, by reason, per second.",
+            "Processes that contributed no delta to a pass, threads left out of a "
+            "contributing process's sums, and groups whose cgroup gave no delta, by reason, "
+            "per second.",
+        ),
+        panel(
+            "Sources the nodes provide",
+            "short",
+            [(f"min by (source) (procdelta_source_available{{{NODE}}})", "{{source}}")],
+            "1 on every node, or 0 where a node lacks it: schedstat, per-thread io, each "
+            "cgroup hierarchy, PSI. procdelta's log says at start-up which fields a missing "
+            "one leaves empty.",
         ),
         panel(
             "Tracked processes and threads",
@@ -204,7 +281,8 @@ def dashboard() -> dict:
     return {
         "uid": "procdelta",
         "title": "procdelta: per-pod process counters",
-        "description": "CPU starvation, CPU, I/O and switches per pod, from procdelta.",
+        "description": "CPU starvation (throttled or contended), coverage, pressure, CPU, I/O "
+        "and switches per pod, from procdelta.",
         "tags": ["procdelta", "kubernetes"],
         "editable": True,
         "graphTooltip": 1,

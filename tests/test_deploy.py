@@ -80,6 +80,12 @@ def test_daemonset_runs_with_the_least_privilege_that_works():
     assert security["privileged"] is False
     assert all(mount["readOnly"] for mount in container["volumeMounts"])
     assert "--path.procfs=/host/proc" in container["args"]
+    # the host's cgroupfs, read-only down to the v1 controllers mounted below it
+    assert "--path.cgroupfs=/host/sys/fs/cgroup" in container["args"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup"]
+    assert mount["recursiveReadOnly"] in ("IfPossible", "Enabled")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes[mount["name"]]["hostPath"]["path"] == "/sys/fs/cgroup"
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["limits"]["memory"]
@@ -153,7 +159,11 @@ def test_dashboard_json_is_the_generators_output():
     titles = {p["title"] for p in model["panels"]}
     for wanted in ("CPU starvation", "Cores used", "Run delay", "Storage I/O",
                    "Context switches", "Major page faults", "Processes and threads",
-                   "Pass duration", "Dropped deltas"):  # fmt: skip
+                   "Pass duration", "Dropped deltas", "Throttled share of CPU periods",
+                   "Run delay: throttled or contended",
+                   "Coverage: on-CPU seen by the sums / the cgroup's CPU",
+                   "Pressure (PSI some): share of time some task waited",
+                   "Sources the nodes provide"):  # fmt: skip
         assert wanted in titles
 
 

@@ -6,6 +6,7 @@ stopped by the test; a missing binary fails the test, it does not skip.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -15,24 +16,34 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroups import Workload, cgroup
+from tests.cgroups import Workload, cgroup, cgroups
 from tests.net import free_port, http_get, wait_until
 from tests.promtools import binary
-from tests.test_deploy import dashboard_queries, recording_rule_queries
+from tests.test_deploy import RULES, dashboard_queries, recording_rule_queries
 
 pytestmark = pytest.mark.kernel
 
 
+RULE_WINDOW = "20s"
+"""The rules' `[5m]` windows, shortened for a test that lasts tens of seconds: `rate()`
+divides by its whole window, so over a 5m window that holds 10 s of samples every rate
+reads 30 times too low (ratios are unaffected). Expressions and thresholds are the file's."""
+
+
 class Prometheus:
-    """A throwaway Prometheus server on loopback, scraping the given targets every second."""
+    """A throwaway Prometheus server on loopback, scraping the given targets every second
+    and evaluating the project's rule file (windows of `RULE_WINDOW`) every second."""
 
     def __init__(self, directory: Path, targets: list[str]):
         self.port = free_port()
+        rules = directory / "procdelta.rules.yml"
+        rules.write_text(RULES.read_text().replace("[5m]", f"[{RULE_WINDOW}]"))
         config = directory / "prometheus.yml"
         config.write_text(
             "global:\n"
             "  scrape_interval: 1s\n"
             "  evaluation_interval: 1s\n"
+            f"rule_files: [{json.dumps(str(rules))}]\n"
             "scrape_configs:\n"
             "  - job_name: procdelta\n"
             "    static_configs:\n"
@@ -73,17 +84,28 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def busy_pod(tmp_path_factory):
+    """Two pods: busy-pod, three busy threads on two CPUs (contended: each waits a third
+    of the time) in a v2 cgroup, systemd driver; throttled-pod, one busy thread under
+    its container's 20% CPU quota, cgroupfs driver on this host's v1 controllers."""
     tmp_path = tmp_path_factory.mktemp("logs")
-    uid = str(uuid.uuid4())
-    cid = uuid.uuid4().hex * 2
+    uid, throttled_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    cid, throttled_cid = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2
     (tmp_path / "pods" / f"e2e_busy-pod_{uid}").mkdir(parents=True)
+    (tmp_path / "pods" / f"e2e_throttled-pod_{throttled_uid}").mkdir(parents=True)
     (tmp_path / "containers").mkdir()
     (tmp_path / "containers" / f"busy-pod_e2e_burner-{cid}.log").touch()
     path = (
         "kubepods.slice/kubepods-burstable.slice/"
         f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
     )
-    with cgroup("v2", path) as cgroup_path, Workload(cgroup_path, "--busy", "3", "--sleepers", "1"):
+    throttled_path = f"kubepods/burstable/pod{throttled_uid}/{throttled_cid}"
+    with contextlib.ExitStack() as stack:
+        cgroup_path = stack.enter_context(cgroup("v2", path))
+        stack.enter_context(Workload(cgroup_path, "--busy", "3", "--sleepers", "1"))
+        throttled = stack.enter_context(cgroups(("cpu", "cpuacct", "v2"), throttled_path))
+        with open(Path(throttled["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
+            quota.write("20000")
+        stack.enter_context(Workload(list(throttled.values()), "--busy", "1"))
         yield tmp_path, uid
 
 
@@ -180,3 +202,50 @@ def test_every_dashboard_query_and_recording_rule_returns_data(prometheus, colle
     )
     result = prometheus.query(query)
     assert result, f"no data for: {query}"
+
+
+def recorded(prometheus: Prometheus, rule: str, pod: str) -> float:
+    """The value Prometheus recorded for a pod with one of the project's rules."""
+    series = wait_until(
+        lambda: prometheus.query(f'{rule}{{namespace="e2e",pod="{pod}"}}'),
+        60,
+        f"{rule} recorded for {pod}",
+    )
+    assert len(series) == 1, series
+    return float(series[0]["value"][1])
+
+
+def pending(prometheus: Prometheus, alert: str) -> set[str]:
+    """The pods for which an alert of the rule file is pending (its `for` not yet over)."""
+    return {
+        s["metric"]["pod"]
+        for s in prometheus.query(f'ALERTS{{alertname="{alert}",namespace="e2e"}}')
+    }
+
+
+def test_rules_tell_the_throttled_pod_from_the_contended_one(prometheus, collector):
+    """A real Prometheus evaluates the rule file on what the collector scraped from the
+    kernel: the throttled pod's throttled share, and which alert each pod raises."""
+    wait_until(
+        lambda: prometheus.query("count_over_time(procdelta_passes_total[1m]) >= 25"),
+        90,
+        "25 scrapes of procdelta (the rules' windows full)",
+    )
+    share = "namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m"
+    assert recorded(prometheus, share, "throttled-pod") > 0.5
+    assert not prometheus.query(f'{share}{{pod="busy-pod"}}')  # no quota: no share at all
+    starvation = "namespace_pod:procdelta_cpu_starvation:ratio_rate5m"
+    assert recorded(prometheus, starvation, "throttled-pod") > 0.5  # its run delay: its quota
+    assert recorded(prometheus, starvation, "busy-pod") > 0.25  # 3 threads, 2 CPUs
+    assert recorded(prometheus, "namespace_pod:procdelta_cores_used:rate5m", "throttled-pod") > 0.1
+    coverage = recorded(prometheus, "namespace_pod:procdelta_cpu_coverage:ratio_rate5m", "busy-pod")
+    assert 0.9 < coverage < 1.1  # one long-lived process: the sums see all of its CPU
+
+    def both_pending() -> bool:
+        return "throttled-pod" in pending(prometheus, "ProcdeltaPodCPUThrottled") and (
+            "busy-pod" in pending(prometheus, "ProcdeltaPodCPUStarved")
+        )
+
+    wait_until(both_pending, 60, "the throttled and the starvation alerts pending")
+    assert "busy-pod" not in pending(prometheus, "ProcdeltaPodCPUThrottled")
+    assert "throttled-pod" not in pending(prometheus, "ProcdeltaPodCPUStarved")
