@@ -22,11 +22,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import psutil
 
+from collector.cgroupfs import detect
 from collector.cli import Options, build_engine
 from collector.engine import PassResult
 from collector.groups import Group
@@ -86,10 +87,61 @@ def _thread_cpu_ns(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def synthetic_table(processes: int, mode: str, share: float = 0.1, threads: int = 20):
+def pod_cgroups(pods: int, root: str = "/sys/fs/cgroup") -> Iterator[str | None]:
+    """`pods` pod cgroups laid out as kubelet does with the cgroupfs driver
+    (`kubepods/burstable/pod<uid>/<container>`, an app and a pause container each) in every
+    hierarchy under `root` that procdelta reads; yields the path of a file naming each
+    pod's app container for collector/synthetic.py. Everything made is removed after."""
+    if not pods:
+        yield None
+        return
+    hierarchies = detect(root)
+    roots = list(
+        dict.fromkeys(r for r in (hierarchies.v2, hierarchies.cpu, hierarchies.cpuacct) if r)
+    )
+    if not roots:
+        raise RuntimeError(f"no cgroup hierarchy under {root}: the pods table needs one")
+    made: list[str] = []
+    lines: list[str] = []
+    directory = tempfile.mkdtemp(prefix="procdelta-bench-pods-")
+    try:
+        for index in range(pods):
+            uid = f"{index:08x}-b0b0-4000-8000-{os.getpid():012x}"
+            app, pause = f"{index:032x}" * 2, f"{index + 1 << 100:032x}" * 2
+            procs = []
+            for hierarchy in roots:
+                base = os.path.join(os.fsdecode(hierarchy), "kubepods", "burstable", f"pod{uid}")
+                for path in (os.path.dirname(os.path.dirname(base)), os.path.dirname(base), base):
+                    if not os.path.isdir(path):
+                        os.mkdir(path)
+                        made.append(path)
+                for container in (app, pause):
+                    os.mkdir(os.path.join(base, container))
+                    made.append(os.path.join(base, container))
+                procs.append(os.path.join(base, app, "cgroup.procs"))
+            lines.append("\t".join(procs))
+        pods_file = os.path.join(directory, "pods")
+        with open(pods_file, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        yield pods_file
+    finally:
+        for path in reversed(made):
+            for _ in range(100):  # the table's processes take a moment to leave
+                try:
+                    os.rmdir(path)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def synthetic_table(
+    processes: int, mode: str, share: float = 0.1, threads: int = 20, pods_file: str | None = None
+):
     table = subprocess.Popen(
         [sys.executable, "-m", "collector.synthetic", str(processes), str(share),
-         str(threads), mode],
+         str(threads), mode, "", *([pods_file] if pods_file else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -172,41 +224,68 @@ class TableResult:
     exporter_cpu: float | None
 
 
-def bench_table(name: str, processes: int, mode: str, rounds: int, pause: float) -> TableResult:
-    options = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
-    with synthetic_table(processes, mode), process_exporter() as exporter:
-        engine = build_engine(options)
+def bench_table(
+    name: str,
+    processes: int,
+    mode: str,
+    rounds: int,
+    pause: float,
+    pods: int = 0,
+    variants: tuple[tuple[str, Options], ...] | None = None,
+) -> list[TableResult]:
+    """One synthetic table; each variant's pass and the floor measured in every round (in
+    a rotating order), so that variants are compared with the same floor. One result per
+    variant (by default one: procdelta with its default options)."""
+    variants = variants or (
+        (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
+    )
+    with (
+        pod_cgroups(pods) as pods_file,
+        synthetic_table(processes, mode, pods_file=pods_file),
+        process_exporter() as exporter,
+    ):
+        engines = [build_engine(options) for _, options in variants]
         for _ in range(2):  # warm: the cache holds the table, as in a running collector
-            engine.run_pass()
+            for engine in engines:
+                engine.run_pass()
             time.sleep(pause)
-        ours: list[Sample] = []
+        ours: list[list[Sample]] = [[] for _ in engines]
         naive: list[Sample] = []
         exporter_cpu: list[float] = []
         seen = (0, 0)
         for round_ in range(rounds):
             time.sleep(pause)
             steps: list[Callable[[], None]] = [
-                lambda: ours.append(_measure(engine.run_pass)),
-                lambda: naive.append(_measure(naive_pass)),
+                (lambda e=engine, out=out: out.append(_measure(e.run_pass)))
+                for engine, out in zip(engines, ours, strict=True)
             ]
-            if round_ % 2:
-                steps.reverse()
-            for step in steps:
+            steps.append(lambda: naive.append(_measure(naive_pass)))
+            shift = round_ % len(steps)
+            for step in steps[shift:] + steps[:shift]:
                 step()
             if exporter is not None:
                 before = _thread_cpu_ns(exporter[0])
                 _scrape(exporter[1])
                 exporter_cpu.append((_thread_cpu_ns(exporter[0]) - before) / 1e9)
             seen = naive_pass()
-    return TableResult(
-        name,
-        seen[0],
-        seen[1],
-        Sample(statistics.median(s.cpu for s in ours), statistics.median(s.wall for s in ours)),
-        Sample(statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)),
-        [a.cpu / b.cpu for a, b in zip(ours, naive, strict=True)],
-        statistics.median(exporter_cpu) if exporter_cpu else None,
+    floor = Sample(
+        statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)
     )
+    return [
+        TableResult(
+            label,
+            seen[0],
+            seen[1],
+            Sample(
+                statistics.median(s.cpu for s in samples),
+                statistics.median(s.wall for s in samples),
+            ),
+            floor,
+            [a.cpu / b.cpu for a, b in zip(samples, naive, strict=True)],
+            statistics.median(exporter_cpu) if exporter_cpu else None,
+        )
+        for (label, _), samples in zip(variants, ours, strict=True)
+    ]
 
 
 def serve_rss(processes: int, passes: int = 4) -> float:
@@ -295,44 +374,64 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _cgroup_variants(name: str) -> tuple[tuple[str, Options], ...]:
+    """procdelta with the cgroup fields (its default) and without, on the same table."""
+    options = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
+    return ((f"{name} cg", options), (f"{name} no-cg", replace(options, cgroup=False)))
+
+
 def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
+    # (name, processes, mode, pods): a pods table spreads the processes over pod cgroups
+    # (kubelet's layout, in every hierarchy) and compares cgroup reading on and off
     tables = [
-        ("default N=1000", 1000, "idle"),
-        ("busy N=1000", 1000, "busy"),
-        ("default N=200", 200, "idle"),
-        ("busy N=200", 200, "busy"),
+        ("default N=1000", 1000, "idle", 0),
+        ("busy N=1000", 1000, "busy", 0),
+        ("pods N=1000", 1000, "idle", 110),
+        ("default N=200", 200, "idle", 0),
+        ("busy N=200", 200, "busy", 0),
     ]
     if quick:
-        tables = [("default N=200", 200, "idle"), ("busy N=200", 200, "busy")]
+        tables = [
+            ("default N=200", 200, "idle", 0),
+            ("busy N=200", 200, "busy", 0),
+            ("pods N=200", 200, "idle", 22),
+        ]
     echo(f"{rounds} interleaved rounds per table, medians; 10% of processes have 20 threads.")
     echo("cpu = user+system CPU of one pass; ratios are to the naive floor (b) of the same run.")
     echo("ratio: median of the rounds' ratios (each round's pass over the same round's floor);")
     echo("spread: their middle half (25th to 75th percentile).")
+    echo("The pods table spreads the default table's processes over pod cgroups (2 containers")
+    echo("each); cg / no-cg: procdelta with and without their cgroup fields, same rounds.")
     header = (
-        f"{'table':<15} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
+        f"{'table':<18} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
         f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'spread':>10} "
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
-    for name, processes, mode in tables:
-        result = bench_table(name, processes, mode, rounds, pause)
-        ours, naive = result.procdelta, result.naive
-        spread = f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
-        exporter = (
-            f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
-            if result.exporter_cpu is not None
-            else f"{'-':>8} {'-':>9}"
-        )
-        echo(
-            f"{name:<15} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
-            f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
-            f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
-            f"{statistics.median(result.ratios):6.2f} {spread:>10} {exporter}"
-        )
+    for name, processes, mode, pods in tables:
+        variants = _cgroup_variants(name) if pods else None
+        for result in bench_table(name, processes, mode, rounds, pause, pods, variants):
+            _echo_row(result, echo)
     if not quick:
         echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
     latencies = metrics_latency()
     echo(
         f"/metrics with 1000 groups while passes run: p50 {_percentile(latencies, 0.5):.2f} ms, "
         f"p99 {_percentile(latencies, 0.99):.2f} ms over {len(latencies)} scrapes"
+    )
+
+
+def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
+    ours, naive = result.procdelta, result.naive
+    spread = f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
+    exporter = (
+        f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
+        if result.exporter_cpu is not None
+        else f"{'-':>8} {'-':>9}"
+    )
+    echo(
+        f"{result.name:<18} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
+        f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
+        f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
+        f"{statistics.median(result.ratios):6.2f} {spread:>10} {exporter}"
     )

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from collector.model import Bandwidth, CgroupFields, CgroupReading, Pressure
 
@@ -100,6 +101,29 @@ def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
     return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io)
 
 
+def _shape(reading: CgroupReading) -> tuple[bool, ...]:
+    """Which fields a reading has: usage, bandwidth, each PSI file with its `full` line."""
+    return (
+        reading.usage_ns is not None,
+        reading.bandwidth is not None,
+        *(p is not None and p.full_us is not None for p in reading.pressure),
+        *(p is not None for p in reading.pressure),
+    )
+
+
+@lru_cache(maxsize=64)
+def _nothing_moved(shape: tuple[bool, ...]) -> CgroupFields:
+    """The delta of a reading equal to the cached one (most of a node's cgroups, most
+    passes: nothing of theirs ran or waited), by the reading's shape: every field it has
+    at 0, the others None. Made once per shape (CgroupFields is immutable)."""
+    usage, bandwidth, *rest = shape
+    full, some = rest[:3], rest[3:]
+    values: list[int | None] = [0 if usage else None] + [0 if bandwidth else None] * 3
+    for has_some, has_full in zip(some, full, strict=True):
+        values += [0 if has_some else None, 0 if has_full else None]
+    return CgroupFields(*values)
+
+
 class CgroupTracker:
     """Keeps one `CgroupReading` per group between passes."""
 
@@ -116,7 +140,7 @@ class CgroupTracker:
             if old.identity != new.identity:
                 outcome.refused["recreated"] += 1
                 continue
-            delta = cgroup_delta(new, old)
+            delta = _nothing_moved(_shape(new)) if new == old else cgroup_delta(new, old)
             if delta is None:
                 outcome.refused["counter_fell"] += 1
                 continue

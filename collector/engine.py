@@ -106,6 +106,7 @@ class Engine:
         self.totals = totals or Totals()
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
         self.cgroup_tracker = CgroupTracker()
+        self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
         self.wall_clock = wall_clock
         self.timer = timer
         self.passes = 0
@@ -177,11 +178,8 @@ class Engine:
             targets.setdefault(self.grouper.pod_group(pod), []).extend(locations)
         for group, dirs in grouped.cgroup_dirs.items():
             targets[group] = [Location(h, path.encode(), None, False) for h, path in dirs]
-        readings: dict[Group, CgroupReading] = {}
-        for group, locations in targets.items():
-            reading = self.cgroupfs.read_group(locations)
-            if reading is not None:
-                readings[group] = reading
+        readings = self.cgroupfs.read_groups(targets, self._cgroup_readings)
+        self._cgroup_readings = readings
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
 
 

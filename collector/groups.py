@@ -101,19 +101,22 @@ def _pod_or_conmon(path: str) -> PodRef | str | None:
     return None
 
 
-def pod_of_dir(path: str) -> PodRef | None:
-    """The pod (or container) whose own cgroup directory `path` is, or None: its last
-    segment is a kubelet pod segment, or a container segment right below one. A
-    container of the runtime's monitor (CRI-O's conmon) is the runtime's: None."""
-    segments = [s for s in path.split("/") if s]
-    if not segments:
+def pod_of_dir(parents: list[str], name: str) -> PodRef | None:
+    """The pod whose own cgroup directory is `name`, under directories `parents` (from
+    the hierarchy's root), or None: one pattern match, the QoS class from the path."""
+    match = _POD_SEGMENT.match(name)
+    if match is None or match["cid"] is not None:
         return None
-    last_is_pod = _POD_SEGMENT.match(segments[-1]) is not None
-    below_pod = len(segments) > 1 and _POD_SEGMENT.match(segments[-2]) is not None
-    if not (last_is_pod or (below_pod and _CONTAINER_SEGMENT.match(segments[-1]))):
+    return PodRef(match["uid"].replace("_", "-"), _qos(parents, match), "")
+
+
+def container_of_dir(pod: PodRef, name: str) -> PodRef | None:
+    """The container whose cgroup directory `name` is, below its pod's; None for what is
+    not a container's, or is the runtime's monitor (CRI-O's conmon)."""
+    match = _CONTAINER_SEGMENT.match(name)
+    if match is None or match["runtime"] in _CONMON_RUNTIMES:
         return None
-    found = _pod_or_conmon(path)
-    return found if isinstance(found, PodRef) else None
+    return PodRef(pod.uid, pod.qos, match["cid"])
 
 
 _KUBEPODS_DIR = re.compile(r"^(?:[a-z0-9-]*kubepods[a-z0-9-]*(?:\.slice)?|kubelet\.slice)$")

@@ -201,7 +201,7 @@ class CgroupReading(NamedTuple):
     bandwidth: tuple[Bandwidth, ...] | None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CgroupFields:
     """The fields of SPEC §7 for one group and one interval; None = no source on the node."""
 

@@ -27,6 +27,10 @@ _STAT_FIELDS_NEEDED = 24 - 3 + 1
 _SWITCHES = re.compile(rb"\nvoluntary_ctxt_switches:\t(\d+)\nnonvoluntary_ctxt_switches:\t(\d+)\n")
 _SWITCHES_SPAN = 128  # the two lines end the file: searched for in its last bytes
 _IO = re.compile(rb"\nread_bytes: (\d+)\nwrite_bytes: (\d+)\n")
+_PSI_AVERAGES = rb" avg10=\d+\.\d\d avg60=\d+\.\d\d avg300=\d+\.\d\d total="
+_PRESSURE = re.compile(
+    rb"some" + _PSI_AVERAGES + rb"(\d+)\n(?:full" + _PSI_AVERAGES + rb"(\d+)\n)?"
+)
 
 # Readings are built with tuple.__new__, not through the NamedTuple's Python-level
 # __new__: the same object, at a fraction of the cost, on a path run per thread per pass.
@@ -168,14 +172,18 @@ def parse_flat_keyed(data: bytes, what: str = "cpu.stat") -> dict[bytes, int]:
     """A cgroup "flat keyed" file such as `cpu.stat`: one `key value` pair per line
     (Documentation/admin-guide/cgroup-v2.rst, "Format"). Keys the kernel adds later are
     kept and ignored by the caller."""
+    parts = data.split()
+    # two tokens on every line, every second one a number: one check for the whole file
+    if parts and len(parts) == 2 * data.count(b"\n") and b"".join(parts[1::2]).isdigit():
+        return dict(zip(parts[0::2], map(int, parts[1::2]), strict=True))
     values: dict[bytes, int] = {}
     for line in data.splitlines():
-        parts = line.split()
-        if not parts:
+        fields = line.split()
+        if not fields:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        if len(fields) != 2 or not fields[1].isdigit():
             raise Malformed(what, data)
-        values[parts[0]] = int(parts[1])
+        values[fields[0]] = int(fields[1])
     if not values:
         raise Malformed(what, data)
     return values
@@ -190,6 +198,10 @@ def parse_pressure(data: bytes, what: str = "pressure") -> Pressure:
     """A PSI file: `some avg10=… avg60=… avg300=… total=<µs>` and, where the kernel has
     it, the same for `full` (Documentation/accounting/psi.rst). Only the totals, which
     only grow, are kept: the averages are the kernel's own ratios."""
+    match = _PRESSURE.fullmatch(data)
+    if match is not None:
+        full = match[2]
+        return _new(Pressure, (int(match[1]), None if full is None else int(full)))
     totals: dict[bytes, int] = {}
     for line in data.splitlines():
         parts = line.split()

@@ -1,9 +1,12 @@
 """`procdelta bench` runs end to end and prints its table (its numbers are not judged
-here: speed is read from the benchmark's ratios, never from a timed test)."""
+here: speed is read from the benchmark's ratios, never from a timed test), and leaves
+no pod cgroup of its pods table behind."""
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
@@ -17,11 +20,11 @@ def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
     header = next(line for line in lines if line.startswith("table")).split()
     assert header[:3] == ["table", "procs", "threads"] and header[-3:] == ["ms", "p-e", "ratio"]
     rows = {
-        line[:15].strip(): line[15:].split()
+        line[:18].strip(): line[18:].split()
         for line in lines
-        if line.startswith(("default", "busy"))
+        if line.startswith(("default", "busy", "pods"))
     }
-    assert set(rows) == {"default N=200", "busy N=200"}
+    assert set(rows) == {"default N=200", "busy N=200", "pods N=200 cg", "pods N=200 no-cg"}
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
         assert procs >= 200 and threads >= 200 + 20 * 19, name  # the table was there
@@ -32,3 +35,21 @@ def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
     assert re.search(
         r"/metrics with 1000 groups while passes run: p50 [\d.]+ ms, p99 [\d.]+ ms", result.stdout
     )
+
+
+def test_bench_pods_table_removes_its_cgroups():
+    from collector.bench import pod_cgroups
+    from collector.cgroupfs import detect
+
+    roots = [r for r in (lambda h: (h.v2, h.cpu, h.cpuacct))(detect("/sys/fs/cgroup")) if r]
+    assert roots, "no cgroup hierarchy: the pods table needs one (as root)"
+    with pod_cgroups(3) as pods_file:
+        lines = Path(pods_file).read_text().splitlines()
+        assert len(lines) == 3
+        for line in lines:
+            for procs in line.split("\t"):
+                assert os.path.exists(procs)
+    for line in lines:
+        for procs in line.split("\t"):
+            pod = os.path.dirname(os.path.dirname(procs))
+            assert not os.path.exists(pod), pod

@@ -11,12 +11,24 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collector.cgroupguard import CgroupTracker
 from collector.groups import classify
-from collector.model import FIELD_NAMES, Malformed, ProcessReading, ThreadReading
+from collector.model import (
+    FIELD_NAMES,
+    Bandwidth,
+    CgroupReading,
+    Malformed,
+    Pressure,
+    ProcessReading,
+    ThreadReading,
+)
 from collector.parse import (
     parse_cgroup,
+    parse_flat_keyed,
     parse_io,
+    parse_pressure,
     parse_schedstat,
+    parse_single_value,
     parse_start_ticks,
     parse_stat,
     parse_status_switches,
@@ -26,11 +38,13 @@ from collector.reading import Reader
 from collector.tracker import Tracker
 
 PARSERS = [parse_stat, parse_start_ticks, parse_schedstat, parse_status_switches, parse_io,
-           parse_cgroup]  # fmt: skip
+           parse_cgroup, parse_flat_keyed, parse_single_value, parse_pressure]  # fmt: skip
 HUGE = st.integers(min_value=0, max_value=2**128)
 
 
 def _natural_fields(value) -> list[int]:
+    if isinstance(value, dict):
+        return list(value.values())
     return [v for v in value if isinstance(v, int)] if isinstance(value, tuple) else [value]
 
 
@@ -161,3 +175,86 @@ def test_a_pass_over_random_files_never_raises(contents, keep):
             assert len(readings.readings) + readings.vanished + readings.unreadable == 2
     finally:
         shutil.rmtree(root)
+
+
+@given(
+    some=HUGE,
+    full=st.one_of(st.none(), HUGE),
+    averages=st.lists(st.floats(0, 100), min_size=6, max_size=6),
+    cut=st.integers(min_value=0, max_value=200),
+)
+def test_pressure_with_huge_totals_and_any_averages(some, full, averages, cut):
+    lines = [f"some avg10={averages[0]:.2f} avg60={averages[1]:.2f} avg300={averages[2]:.2f} "
+             f"total={some}\n"]  # fmt: skip
+    if full is not None:
+        lines.append(
+            f"full avg10={averages[3]:.2f} avg60={averages[4]:.2f} avg300={averages[5]:.2f} "
+            f"total={full}\n"
+        )
+    data = "".join(lines).encode()
+    assert parse_pressure(data) == (some, full)
+    try:
+        truncated = parse_pressure(data[:cut])
+    except Malformed:
+        return
+    assert truncated.some_us >= 0
+
+
+@given(
+    pairs=st.dictionaries(st.sampled_from([b"usage_usec", b"nr_periods", b"nr_throttled",
+                                           b"throttled_usec", b"x.y_z"]), HUGE),
+    cut=st.integers(min_value=0, max_value=200),
+)  # fmt: skip
+def test_flat_keyed_with_huge_values_and_cuts(pairs, cut):
+    data = b"".join(key + b" " + str(value).encode() + b"\n" for key, value in pairs.items())
+    if pairs:
+        assert parse_flat_keyed(data) == pairs
+    try:
+        truncated = parse_flat_keyed(data[:cut])
+    except Malformed:
+        return
+    assert all(value >= 0 for value in truncated.values())
+
+
+_COUNTER = st.integers(min_value=0, max_value=50)
+_PSI = st.one_of(st.none(), st.builds(Pressure, _COUNTER, st.one_of(st.none(), _COUNTER)))
+_BANDWIDTH = st.one_of(
+    st.none(),
+    st.lists(
+        st.builds(
+            Bandwidth,
+            st.sampled_from([b"", b"/a", b"/b"]),
+            st.integers(1, 2),
+            _COUNTER,
+            _COUNTER,
+            _COUNTER,
+        ),
+        max_size=3,
+        unique_by=lambda b: b.path,
+    ).map(tuple),
+)
+_CGROUP_READING = st.builds(
+    CgroupReading,
+    st.sampled_from([(("v2", 1),), (("v2", 2),), (("cpu", 1), ("cpuacct", 1))]),
+    st.one_of(st.none(), _COUNTER),
+    st.tuples(_PSI, _PSI, _PSI),
+    _BANDWIDTH,
+)
+
+
+@settings(max_examples=300)
+@given(passes=st.lists(st.dictionaries(st.sampled_from("ab"), _CGROUP_READING), max_size=8))
+def test_cgroup_guard_on_random_pass_sequences(passes):
+    tracker = CgroupTracker()
+    previous: dict = {}
+    for readings in passes:
+        outcome = tracker.advance(readings)
+        assert sum(outcome.refused.values()) + len(outcome.deltas) == len(readings)
+        for group, delta in outcome.deltas.items():
+            old, new = previous[group], readings[group]
+            assert old.identity == new.identity  # never across a recreated cgroup
+            values = delta.as_dict()
+            assert all(v is None or v >= 0 for v in values.values())
+            if new.usage_ns is not None and old.usage_ns is not None:
+                assert values["cgroup_cpu_nanos"] == new.usage_ns - old.usage_ns
+        previous = dict(readings)

@@ -1,0 +1,183 @@
+"""CgroupFS over fixture trees: which hierarchies it finds, how it reads a group, and
+what it reads less (the bandwidth counters of a group whose usage did not move)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from collector.cgroupfs import CgroupFS, Location, detect
+from collector.cgroupguard import CgroupTracker
+from collector.groups import PodRef
+from tests.cgroupfixture import LAYOUTS, MAIN, CgroupTree, psi, v1_stat, v2_stat
+
+
+@pytest.mark.parametrize(
+    ("layout", "found", "has_psi"),
+    [
+        (MAIN, ["v2", "cpu", "cpuacct"], True),  # hybrid: unified/ beside cpu,cpuacct
+        (LAYOUTS["v1"], ["cpu", "cpuacct"], False),
+        (LAYOUTS["v2"], ["v2"], True),
+    ],
+)
+def test_detect_the_hierarchies_by_their_files(layout, found, has_psi):
+    tree = CgroupTree(layout)
+    hierarchies = detect(str(tree.root))
+    assert hierarchies.found() == found
+    assert hierarchies.psi is has_psi
+
+
+def test_detect_nothing_and_no_psi(tmp_path):
+    assert detect(str(tmp_path)).found() == []
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")  # v2 without pressure files
+    assert detect(str(tmp_path)).found() == ["v2"] and not detect(str(tmp_path)).psi
+
+
+def test_pods_are_listed_in_every_hierarchy_with_their_qos():
+    tree = CgroupTree(MAIN)
+    fs = CgroupFS(str(tree.root))
+    pods = fs.pods(per_container=False)
+    by_uid = {
+        pod.uid: (pod, {loc.hierarchy for loc in locations}) for pod, locations in pods.items()
+    }
+    assert by_uid["0b3e7a52-9c1d-4f6e-8a2b-5d4c3b2a1f00"] == (
+        PodRef("0b3e7a52-9c1d-4f6e-8a2b-5d4c3b2a1f00", "burstable", ""),
+        {"cpu", "cpuacct"},  # one directory, both controllers (cpu,cpuacct)
+    )
+    assert by_uid["7c6d5e4f-3a2b-4c1d-9e8f-a0b1c2d3e4f5"][0].qos == "guaranteed"
+    assert by_uid["7c6d5e4f-3a2b-4c1d-9e8f-a0b1c2d3e4f5"][1] == {"v2", "cpu", "cpuacct"}
+    assert by_uid["9f8e7d6c5b4a39281706f5e4d3c2b1a0"][0].qos == "besteffort"  # static pod
+    containers = fs.pods(per_container=True)
+    ids = {pod.container_id[:4] for pod in containers}
+    assert {"a1a1", "e5e5", "b2b2", "d4d4", "c3c3"} <= ids
+    assert not any(pod.container_id == "" for pod in containers)
+    # CRI-O's conmon scope is the runtime's: no container of the pod
+    assert len([p for p in containers if p.container_id.startswith("d4d4")]) == 1
+
+
+def _pod(tmp_path: Path, stat: str, children: dict[str, str]) -> tuple[CgroupFS, Path]:
+    """A pure v2 host with one pod whose cpu controller is on."""
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")
+    (tmp_path / "cpu.pressure").write_text(psi(0))
+    pod = tmp_path / "kubepods" / "podaaaaaaaa-0000-4000-8000-00000000000a"
+    pod.mkdir(parents=True)
+    (pod / "cpu.stat").write_text(stat)
+    for name, text in children.items():
+        (pod / name).mkdir(exist_ok=True)
+        (pod / name / "cpu.stat").write_text(text)
+    return CgroupFS(str(tmp_path)), pod
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as out:  # in place, as the kernel rewrites it
+        out.write(text)
+
+
+def test_bandwidth_of_an_idle_group_is_carried_and_a_late_period_is_deferred_not_lost(tmp_path):
+    """Usage unchanged: the container's cpu.stat is not read and its counters are carried
+    over; the period timer's last idle period, counted after the last run, shows up at
+    the next pass whose usage moved. The totals over the passes are exact."""
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
+    ((pod_ref, locations),) = fs.pods(False).items()
+    tracker = CgroupTracker()
+    readings = []
+
+    def read_pass():
+        previous = readings[-1] if readings else None
+        reading = fs.read_group(locations, previous)
+        readings.append(reading)
+        return tracker.advance({pod_ref: reading}).deltas.get(pod_ref)
+
+    assert read_pass() is None  # first sighting
+    _write(pod / "c1" / "cpu.stat", v2_stat(100, 11, 2, 500))  # one idle period, no usage
+    idle = read_pass()
+    assert idle.cgroup_cpu_nanos == 0 and idle.cpu_periods == 0  # deferred
+    assert readings[-1].bandwidth is readings[-2].bandwidth  # carried, not read
+    _write(pod / "cpu.stat", v2_stat(300, 0))
+    _write(pod / "c1" / "cpu.stat", v2_stat(200, 13, 3, 700))
+    ran = read_pass()
+    assert ran.cgroup_cpu_nanos == 200_000
+    assert (ran.cpu_periods, ran.cpu_throttled_periods, ran.cpu_throttled_nanos) == (
+        3,  # the deferred idle period and the two of this interval
+        1,
+        200_000,
+    )
+
+
+def test_a_group_read_whole_when_its_usage_moved(tmp_path):
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
+    ((_, locations),) = fs.pods(False).items()
+    first = fs.read_group(locations)
+    _write(pod / "cpu.stat", v2_stat(101, 0))
+    _write(pod / "c1" / "cpu.stat", v2_stat(101, 12, 2, 500))
+    second = fs.read_group(locations, first)
+    assert [b.periods for b in second.bandwidth] == [0, 12]
+
+
+def test_a_group_gone_before_it_is_read_is_not_an_error(tmp_path):
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
+    ((_, locations),) = fs.pods(False).items()
+    for name in os.listdir(pod):
+        os.unlink(pod / name)
+    pod.rmdir()
+    assert fs.read_group(locations) is None
+    assert fs.read_group([Location("v2", b"/system.slice/gone.service", None, False)]) is None
+
+
+def test_v1_cgroup_with_no_bandwidth_file_has_no_bandwidth(tmp_path):
+    tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
+    os.unlink(tree.root / "cpu,cpuacct" / "system.slice" / "foo.service" / "cpu.stat")
+    fs = CgroupFS(str(tree.root))
+    reading = fs.read_group(
+        [Location(h, b"/system.slice/foo.service", None, False) for h in ("cpu", "cpuacct")]
+    )
+    assert reading.usage_ns == 10**9 and reading.bandwidth is None
+    assert reading.pressure == (None, None, None)
+
+
+def test_directories_are_held_while_read_and_let_go_after(tmp_path):
+    tree = CgroupTree(MAIN, str(tmp_path / "cg"))
+    fs = CgroupFS(str(tree.root))
+    targets = {ref: locations for ref, locations in fs.pods(False).items()}
+    fs.read_groups(targets, {})
+    held = dict(fs._held)
+    assert held  # the pods' v2 directories (and the v1-only pod's cpuacct)
+    for directory, (inode, fd) in held.items():
+        assert os.fstat(fd).st_ino == inode == os.stat(directory).st_ino
+    fs.read_groups({}, {})  # a pass that reads none of them
+    assert not fs._held
+    for _, fd in held.values():
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_a_directory_made_anew_is_not_read_through_the_old_descriptor(tmp_path):
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
+    ((_, locations),) = fs.pods(False).items()
+    assert fs.read_group(locations).usage_ns == 100_000
+    os.rename(pod, tmp_path / "old")  # kept aside: the new directory gets another inode
+    pod.mkdir()
+    (pod / "cpu.stat").write_text(v2_stat(7, 0))
+    ((_, locations),) = fs.pods(False).items()
+    reading = fs.read_group(locations)
+    assert reading.usage_ns == 7_000
+    assert reading.identity == (("v2", os.stat(pod).st_ino),)
+
+
+def test_a_v1_pod_sums_the_bandwidth_of_every_cgroup_below_it(tmp_path):
+    tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
+    deeper = tree.root / "cpu,cpuacct" / "kubepods" / "podaaaaaaaa-0000-4000-8000-00000000000a"
+    (deeper / ("1c" * 32) / "nested").mkdir()
+    (deeper / ("1c" * 32) / "nested" / "cpu.stat").write_text(v1_stat(4, 4, 40))
+    fs = CgroupFS(str(tree.root))
+    pods = fs.pods(False)
+    (locations,) = [loc for ref, loc in pods.items() if ref.uid.startswith("aaaa")]
+    bandwidth = fs.read_group(locations).bandwidth
+    assert sorted(b.path for b in bandwidth) == [
+        b"",
+        b"/" + ("1c" * 32).encode(),
+        b"/" + ("1c" * 32).encode() + b"/nested",
+        b"/" + ("9c" * 32).encode(),
+    ]

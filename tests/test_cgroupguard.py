@@ -1,0 +1,167 @@
+"""The cgroup guard as a table of passes, one row per pass: every rule of SPEC §7."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from collector.cgroupguard import CgroupTracker
+from collector.model import Bandwidth, CgroupReading, Pressure
+
+POD = "pod"
+
+
+def reading(
+    usage=None,
+    bandwidth=None,
+    cpu=None,
+    memory=None,
+    io=None,
+    identity=(("v2", 7),),
+) -> CgroupReading:
+    return CgroupReading(identity, usage, (cpu, memory, io), bandwidth)
+
+
+def bw(path: bytes, inode: int, periods: int, throttled: int, ns: int) -> Bandwidth:
+    return Bandwidth(path, inode, periods, throttled, ns)
+
+
+@dataclass
+class Row:
+    why: str
+    readings: dict[str, CgroupReading]
+    deltas: dict[str, dict[str, int | None]]
+    refused: dict[str, int] = field(default_factory=dict)
+
+
+PASSES = [
+    Row(
+        "first sighting: no delta",
+        {POD: reading(usage=1000, bandwidth=(bw(b"", 7, 10, 1, 100),), cpu=Pressure(5, 2))},
+        {},
+        {"first_seen": 1},
+    ),
+    Row(
+        "counters moved: new minus cached; a container made since counts whole; pressure µs→ns",
+        {
+            POD: reading(
+                usage=4000,
+                bandwidth=(bw(b"", 7, 15, 1, 100), bw(b"/c1", 8, 3, 3, 900)),
+                cpu=Pressure(9, 3),
+            )
+        },
+        {
+            POD: {
+                "cgroup_cpu_nanos": 3000,
+                "cpu_periods": 5 + 3,
+                "cpu_throttled_periods": 0 + 3,
+                "cpu_throttled_nanos": 0 + 900,
+                "cpu_pressure_waiting_nanos": 4000,
+                "cpu_pressure_stalled_nanos": 1000,
+                "memory_pressure_waiting_nanos": None,
+                "io_pressure_stalled_nanos": None,
+            }
+        },
+    ),
+    Row(
+        "nothing moved: every field it has at 0, the others None",
+        {
+            POD: reading(
+                usage=4000,
+                bandwidth=(bw(b"", 7, 15, 1, 100), bw(b"/c1", 8, 3, 3, 900)),
+                cpu=Pressure(9, 3),
+            )
+        },
+        {
+            POD: {
+                "cgroup_cpu_nanos": 0,
+                "cpu_periods": 0,
+                "cpu_pressure_stalled_nanos": 0,
+                "io_pressure_waiting_nanos": None,
+            }
+        },
+    ),
+    Row(
+        "a container restarted under the same name (new inode): counted whole; one gone: lost",
+        {
+            POD: reading(
+                usage=5000,
+                bandwidth=(bw(b"", 7, 16, 1, 100), bw(b"/c1", 9, 2, 2, 50)),
+                cpu=Pressure(9, 3),
+            )
+        },
+        {POD: {"cgroup_cpu_nanos": 1000, "cpu_periods": 1 + 2, "cpu_throttled_nanos": 50}},
+    ),
+    Row(
+        "a container's counter fell (same inode): the group's whole delta is dropped",
+        {
+            POD: reading(
+                usage=6000,
+                bandwidth=(bw(b"", 7, 17, 1, 100), bw(b"/c1", 9, 1, 2, 50)),
+                cpu=Pressure(9, 3),
+            )
+        },
+        {},
+        {"counter_fell": 1},
+    ),
+    Row(
+        "usage fell: dropped, never clamped",
+        {POD: reading(usage=10, bandwidth=(bw(b"", 7, 18, 1, 100),), cpu=Pressure(9, 3))},
+        {},
+        {"counter_fell": 1},
+    ),
+    Row(
+        "PSI `some` fell: dropped",
+        {POD: reading(usage=20, bandwidth=(bw(b"", 7, 18, 1, 100),), cpu=Pressure(8, 3))},
+        {},
+        {"counter_fell": 1},
+    ),
+    Row(
+        "the directory was made anew under the same path: no delta",
+        {POD: reading(usage=50, identity=(("v2", 70),))},
+        {},
+        {"recreated": 1},
+    ),
+    Row(
+        "a source that appears (PSI turned on): None for this pass, no error",
+        {POD: reading(usage=80, identity=(("v2", 70),), io=Pressure(1, None))},
+        {POD: {"cgroup_cpu_nanos": 30, "io_pressure_waiting_nanos": None}},
+    ),
+    Row(
+        "a kernel without PSI `full`: stalled is None, waiting is counted",
+        {POD: reading(usage=80, identity=(("v2", 70),), io=Pressure(4, None))},
+        {POD: {"io_pressure_waiting_nanos": 3000, "io_pressure_stalled_nanos": None}},
+    ),
+    Row("a group not read is forgotten", {}, {}),
+    Row(
+        "... so its next sighting is a first one",
+        {POD: reading(usage=90, identity=(("v2", 70),))},
+        {},
+        {"first_seen": 1},
+    ),
+]
+
+
+def test_guard_table():
+    tracker = CgroupTracker()
+    for row in PASSES:
+        outcome = tracker.advance(row.readings)
+        assert dict(outcome.refused) == row.refused, row.why
+        assert set(outcome.deltas) == set(row.deltas), row.why
+        for group, expected in row.deltas.items():
+            got = outcome.deltas[group].as_dict()
+            for name, value in expected.items():
+                assert got[name] == value, (row.why, name)
+        assert tracker.tracked == len(row.readings), row.why
+
+
+@pytest.mark.parametrize("usage", [None, 5])
+def test_equal_readings_give_zeros_of_their_own_shape(usage):
+    tracker = CgroupTracker()
+    same = reading(usage=usage, memory=Pressure(1, 1))
+    tracker.advance({POD: same})
+    delta = tracker.advance({POD: same}).deltas[POD].as_dict()
+    assert delta["cgroup_cpu_nanos"] == (None if usage is None else 0)
+    assert delta["memory_pressure_waiting_nanos"] == delta["memory_pressure_stalled_nanos"] == 0
+    assert delta["cpu_periods"] is None and delta["cpu_pressure_waiting_nanos"] is None
