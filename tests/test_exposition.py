@@ -6,16 +6,17 @@ Rewrite the golden page after an intended change with
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from collector.cli import run_once
 from collector.exporter import PassLoop
-from collector.exposition import Family, render_openmetrics, render_text
+from collector.exposition import Family, Shapes, render_openmetrics, render_text
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
 from tests.fixturetree import FixtureRun
 from tests.promtools import check_metrics
-from tests.spec import CGROUP_FIELDS
+from tests.spec import CGROUP_FIELDS, FIELDS
 from tests.test_golden import check_golden
 
 
@@ -97,3 +98,37 @@ def test_label_values_are_escaped():
     assert parsed.samples[0].labels["cgroup"] == 'a"b\\c\nd'
     (parsed_om,) = parse_om(render_openmetrics([family]).decode())
     assert parsed_om.samples[0].labels["cgroup"] == 'a"b\\c\nd'
+
+
+PER_GROUP = (
+    {f"procdelta_interval_{name}" for name in FIELDS + CGROUP_FIELDS}
+    | {f"procdelta_{name}" for name in FIELDS[1:] + CGROUP_FIELDS}
+    | {f"procdelta_footprint_{name}" for name in ("processes", "threads", "rss_bytes")}
+)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "pressure", "per_pod"),
+    [
+        (Shapes(), True, 44),
+        (Shapes(), False, 32),
+        (Shapes(interval_gauges=False), True, 23),
+        (Shapes(cgroup=False), True, 24),
+        (Shapes(cgroup=False, interval_gauges=False), True, 13),
+    ],
+)
+def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
+    """The README's table: how many per-group families a setting fills, so at most that
+    many series per pod (a pod with every source has one in each). Every family is
+    filled by some group of the fixture."""
+    run = FixtureRun(cgroups=shapes.cgroup)
+    if run.engine.cgroupfs is not None:
+        run.engine.cgroupfs.pressure = pressure
+    loop = PassLoop(run.engine, interval=10.0, monotonic=lambda: 5.0, shapes=shapes)
+    run_once(run.engine, 10.0, run.sleep, run_pass=loop.run_pass)
+    filled = {
+        family.name
+        for family in parse_text(loop.snapshot().text.decode())
+        if family.name in PER_GROUP and family.samples
+    }
+    assert len(filled) == per_pod, sorted(filled)
