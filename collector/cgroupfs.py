@@ -123,7 +123,9 @@ class Location(NamedTuple):
 
 
 class CgroupFS:
-    """Cgroup hierarchies under `root`, found at construction (`rescan()` looks again)."""
+    """Cgroup hierarchies under `root`, found once, at construction (a node's cgroup
+    mounts are made at boot; a collector started before them is restarted by its
+    liveness probe or by hand, and says at start-up what it found)."""
 
     def __init__(self, root: str = "/sys/fs/cgroup", pressure: bool = True):
         self.root = root
@@ -132,13 +134,7 @@ class CgroupFS:
         self._dirs: dict[tuple[tuple[str, ...], bytes], tuple[PodRef | None, bool]] = {}
         self._held: dict[bytes, tuple[int, int]] = {}  # directory → (inode, O_PATH fd)
         self._held_used: set[bytes] = set()
-
-    def rescan(self) -> bool:
-        """Look for the hierarchies again; True if what was found changed."""
-        found = detect(self.root)
-        changed = found != self.hierarchies
-        self.hierarchies = found
-        return changed
+        self._real: dict[bytes, bytes] = {}  # hierarchy root → its real path
 
     # -- listing -----------------------------------------------------------------------
 
@@ -146,11 +142,17 @@ class CgroupFS:
         """Every pod cgroup under kubelet's tree, in every hierarchy (with
         `per_container`, every container cgroup of every pod instead)."""
         found: dict[PodRef, list[Location]] = {}
+        listed: dict[bytes, list[tuple[PodRef, bytes, int]]] = {}
         for hierarchy in HIERARCHY_ORDER:
             root = self.hierarchies.root(hierarchy)
             if root is None:
                 continue
-            for pod, path, inode in self._pod_dirs(root):
+            # co-mounted controllers (`cpu` and `cpuacct` both linking to `cpu,cpuacct`)
+            # are one tree: listed once
+            real = self._real.get(root) or self._real.setdefault(root, os.path.realpath(root))
+            if real not in listed:
+                listed[real] = self._pod_dirs(root)
+            for pod, path, inode in listed[real]:
                 if not per_container:
                     found.setdefault(pod, []).append(Location(hierarchy, path, inode, True))
                     continue

@@ -181,3 +181,16 @@ def test_a_v1_pod_sums_the_bandwidth_of_every_cgroup_below_it(tmp_path):
         b"/" + ("1c" * 32).encode() + b"/nested",
         b"/" + ("9c" * 32).encode(),
     ]
+
+
+def test_co_mounted_controllers_are_listed_once(tmp_path):
+    """`cpu` and `cpuacct` linking to one `cpu,cpuacct` tree: one walk, both locations."""
+    tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
+    fs = CgroupFS(str(tree.root))
+    walked = []
+    walk = fs._pod_dirs
+    fs._pod_dirs = lambda root: walked.append(root) or walk(root)
+    pods = fs.pods(False)
+    assert len(walked) == 1
+    for locations in pods.values():
+        assert sorted(loc.hierarchy for loc in locations) == ["cpu", "cpuacct"]

@@ -121,3 +121,32 @@ def test_help_and_version():
     assert procdelta("--help").returncode == 0
     version = procdelta("--version")
     assert version.returncode == 0 and "procdelta" in version.stdout
+
+
+def test_missing_sources_are_said_once_at_start_and_exported(tmp_path):
+    """An empty --path.cgroupfs: one line saying every cgroup field will be absent and
+    why, and procdelta_source_available at 0 for each hierarchy."""
+    result = procdelta(
+        "once", "--interval", "0.1", "--format", "prometheus", "--path.cgroupfs", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    missing = [line for line in result.stderr.splitlines() if "cgroup" in line]
+    assert len(missing) == 1 and "no cgroup hierarchy found under" in missing[0]
+    assert "every cgroup field" in missing[0] and "Traceback" not in result.stderr
+    for source in ("cgroup_v2", "cgroup_v1_cpu", "cgroup_v1_cpuacct", "psi"):
+        assert f'procdelta_source_available{{source="{source}"}} 0' in result.stdout
+    assert 'procdelta_source_available{source="schedstat"} 1' in result.stdout
+
+
+def test_a_v1_host_is_told_why_pressure_is_absent():
+    from tests.cgroupfixture import LAYOUTS, CgroupTree
+
+    tree = CgroupTree(LAYOUTS["v1"])
+    result = procdelta(
+        "once", "--interval", "0.1", "--format", "prometheus", "--path.cgroupfs", str(tree.root)
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "pressure" in line]
+    assert "no cgroup v2 tree" in line and "PSI is v2 only" in line
+    assert 'procdelta_source_available{source="cgroup_v1_cpu"} 1' in result.stdout
+    assert 'procdelta_source_available{source="psi"} 0' in result.stdout
