@@ -20,9 +20,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from collector.groups import (
     HIERARCHY_ORDER,
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 V2, CPU, CPUACCT = HIERARCHY_ORDER
 
 _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.EOPNOTSUPP, errno.EINVAL})
+T = TypeVar("T")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 HELD_DIRECTORIES = 512
@@ -245,6 +246,12 @@ class CgroupFS:
         self._held_used.add(directory)
         return fd
 
+    def _opener(self, directory: bytes, inode: int) -> tuple[bytes, int | None]:
+        """(prefix, dir_fd) to open the files of a group's directory with: their names and
+        its held descriptor, or their whole paths where none is held."""
+        at = self._held_dir(directory, inode)
+        return (b"", at) if at is not None else (directory + b"/", None)
+
     def _release_unused(self) -> None:
         for directory in [d for d in self._held if d not in self._held_used]:
             os.close(self._held.pop(directory)[1])
@@ -286,24 +293,22 @@ class CgroupFS:
         v2_stat: dict[bytes, int] | None = None
         if V2 in dirs:
             _, directory, inode, _ = dirs[V2]
-            at = self._held_dir(directory, inode)
-            base = b"" if at is not None else directory + b"/"
-            v2_stat = _keyed(base + b"cpu.stat", at)
+            base, at = self._opener(directory, inode)
+            v2_stat = _parsed(base + b"cpu.stat", parse_flat_keyed, at)
             if v2_stat is not None:
                 identity.append((V2, inode))
                 if b"usage_usec" in v2_stat:
                     usage = v2_stat[b"usage_usec"] * 1000
                 if self.pressure and self.hierarchies.psi:
                     pressure = (
-                        _pressure(base + b"cpu.pressure", at),
-                        _pressure(base + b"memory.pressure", at),
-                        _pressure(base + b"io.pressure", at),
+                        _parsed(base + b"cpu.pressure", parse_pressure, at),
+                        _parsed(base + b"memory.pressure", parse_pressure, at),
+                        _parsed(base + b"io.pressure", parse_pressure, at),
                     )
         if usage is None and CPUACCT in dirs:
             _, directory, inode, _ = dirs[CPUACCT]
-            at = self._held_dir(directory, inode)
-            base = b"" if at is not None else directory + b"/"
-            usage = _single(base + b"cpuacct.usage", at)
+            base, at = self._opener(directory, inode)
+            usage = _parsed(base + b"cpuacct.usage", parse_single_value, at)
             if usage is not None:
                 identity.append((CPUACCT, inode))
         source = V2 if v2_stat is not None and b"nr_periods" in v2_stat else None
@@ -320,7 +325,7 @@ class CgroupFS:
             bandwidth = previous.bandwidth
         else:
             root, directory, inode, location = dirs[source]
-            stat = v2_stat if source == V2 else _keyed(directory + b"/cpu.stat")
+            stat = v2_stat if source == V2 else _parsed(directory + b"/cpu.stat", parse_flat_keyed)
             if stat is not None:
                 bandwidth = self._bandwidth(root, location, inode, stat)
         return CgroupReading(held, usage, pressure, bandwidth)
@@ -340,7 +345,7 @@ class CgroupFS:
                 relative, directory = stack.pop()
                 for child, child_inode in _subdirs(directory):
                     path = relative + b"/" + child
-                    stat = _keyed(directory + b"/" + child + b"/cpu.stat")
+                    stat = _parsed(directory + b"/" + child + b"/cpu.stat", parse_flat_keyed)
                     counters = None if stat is None else _bandwidth(path, child_inode, stat)
                     if counters is not None:
                         found.append(counters)
@@ -409,34 +414,14 @@ def _read(path: bytes, dir_fd: int | None = None) -> bytes | None:
         os.close(fd)
 
 
-def _keyed(path: bytes, dir_fd: int | None = None) -> dict[bytes, int] | None:
+def _parsed(path: bytes, parse: Callable[[bytes], T], dir_fd: int | None = None) -> T | None:
+    """A small cgroup file, parsed; None where it does not exist, is gone, or does not
+    parse (said in the debug log: the field then has no series this pass)."""
     data = _read(path, dir_fd)
     if data is None:
         return None
     try:
-        return parse_flat_keyed(data)
-    except Malformed as error:
-        log.debug("%s: %s", path, error)
-        return None
-
-
-def _single(path: bytes, dir_fd: int | None = None) -> int | None:
-    data = _read(path, dir_fd)
-    if data is None:
-        return None
-    try:
-        return parse_single_value(data)
-    except Malformed as error:
-        log.debug("%s: %s", path, error)
-        return None
-
-
-def _pressure(path: bytes, dir_fd: int | None = None) -> Pressure | None:
-    data = _read(path, dir_fd)
-    if data is None:
-        return None
-    try:
-        return parse_pressure(data)
+        return parse(data)
     except Malformed as error:
         log.debug("%s: %s", path, error)
         return None

@@ -21,6 +21,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -33,6 +35,7 @@ from tests.cgroups import Workload, cgroups, enter, hierarchy
 
 pytestmark = pytest.mark.kernel
 
+T = TypeVar("T")
 HYBRID = ("cpu", "cpuacct", "v2")  # where a runtime puts a container on this host
 INTERVAL = 3.0
 
@@ -83,6 +86,18 @@ class Pod:
         return mine(result.intervals), mine(result.cgroup_intervals)
 
 
+def measured_interval(pod: Pod, kernel: Callable[[], T], settle: float = 0.3):
+    """Two passes `INTERVAL` apart, the kernel's own counter read right after each:
+    (the second pass's result, the counter after the first, after the second)."""
+    engine = build_engine(pod.options)
+    time.sleep(settle)
+    engine.run_pass()
+    before = kernel()
+    time.sleep(INTERVAL)
+    result = engine.run_pass()
+    return result, before, kernel()
+
+
 def v1_throttling(pod: Pod) -> tuple[int, int, int]:
     """(periods, throttled periods, throttled ns) of the pod's cgroup and its container's."""
     totals = [0, 0, 0]
@@ -107,13 +122,7 @@ def test_throttled_pod_run_delay_is_its_own_quota(tmp_path):
         with open(os.path.join(pod.dirs["cpu"], "cpu.cfs_quota_us"), "w") as quota:
             quota.write("10000")
         with Workload(list(pod.dirs.values()), "--busy", "1"):
-            engine = build_engine(pod.options)
-            time.sleep(0.5)
-            engine.run_pass()
-            before = v1_throttling(pod)
-            time.sleep(INTERVAL)
-            result = engine.run_pass()
-            after = v1_throttling(pod)
+            result, before, after = measured_interval(pod, lambda: v1_throttling(pod), 0.5)
     fields, cgroup = pod.interval(result)
     assert fields is not None and cgroup is not None
     periods, throttled, throttled_ns = (a - b for a, b in zip(after, before, strict=True))
@@ -154,13 +163,7 @@ def test_short_lived_pod_shows_its_cpu_through_its_cgroup(tmp_path):
             ["sh", "-c", f"{enter(list(pod.dirs.values()))} && while :; do {work}; done"]
         )
         try:
-            engine = build_engine(pod.options)
-            time.sleep(0.3)
-            engine.run_pass()
-            before = v2_usage_ns(pod)
-            time.sleep(INTERVAL)
-            result = engine.run_pass()
-            after = v2_usage_ns(pod)
+            result, before, after = measured_interval(pod, lambda: v2_usage_ns(pod))
         finally:
             shell.kill()
             shell.wait()
@@ -214,11 +217,7 @@ def test_pod_with_no_process_alive_at_either_pass_still_exports_its_cpu(tmp_path
 
 def test_steady_pod_sums_agree_with_its_cgroup(tmp_path):
     with Pod(tmp_path, "steady") as pod, Workload(list(pod.dirs.values()), "--busy", "2"):
-        engine = build_engine(pod.options)
-        time.sleep(0.3)
-        engine.run_pass()
-        time.sleep(INTERVAL)
-        result = engine.run_pass()
+        result, _, _ = measured_interval(pod, lambda: None)
     fields, cgroup = pod.interval(result)
     assert fields is not None and cgroup is not None
     coverage = fields.on_cpu_nanos / cgroup.cgroup_cpu_nanos
@@ -237,13 +236,9 @@ def test_v2_pod_contending_for_one_cpu_shows_cpu_pressure(tmp_path):
             Workload(paths, "--busy", "1", "--cpu", "0"),
             Workload(paths, "--busy", "1", "--cpu", "0"),
         ):
-            engine = build_engine(pod.options)
-            time.sleep(0.3)
-            engine.run_pass()
-            before = parse_pressure(pod.own("v2", "cpu.pressure"))
-            time.sleep(INTERVAL)
-            result = engine.run_pass()
-            after = parse_pressure(pod.own("v2", "cpu.pressure"))
+            result, before, after = measured_interval(
+                pod, lambda: parse_pressure(pod.own("v2", "cpu.pressure"))
+            )
     fields, cgroup = pod.interval(result)
     assert cgroup is not None and fields is not None
     waiting = (after.some_us - before.some_us) * 1000
