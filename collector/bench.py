@@ -374,42 +374,50 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _cgroup_variants(name: str) -> tuple[tuple[str, Options], ...]:
-    """procdelta with the cgroup fields (its default) and without, on the same table."""
+def _variants(name: str, without_cgroups: bool) -> tuple[tuple[str, Options], ...]:
+    """procdelta as it runs (`skip`: the cgroup fields, and the processes of a quiet
+    cgroup carried unread), without that shortcut (`no-skip`), and, where asked, without
+    the cgroup fields at all (`no-cg`): the same table, the same rounds."""
     options = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
-    return ((f"{name} cg", options), (f"{name} no-cg", replace(options, cgroup=False)))
+    variants = [(f"{name} skip", options), (f"{name} no-skip", replace(options, skip_quiet=False))]
+    if without_cgroups:
+        variants.append((f"{name} no-cg", replace(options, cgroup=False)))
+    return tuple(variants)
 
 
 def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
-    # (name, processes, mode, pods): a pods table spreads the processes over pod cgroups
-    # (kubelet's layout, in every hierarchy) and compares cgroup reading on and off
-    tables = [
-        ("default N=1000", 1000, "idle", 0),
-        ("busy N=1000", 1000, "busy", 0),
-        ("pods N=1000", 1000, "idle", 110),
-        ("default N=200", 200, "idle", 0),
-        ("busy N=200", 200, "busy", 0),
+    # (name, processes, mode, pods, variants): a pods table spreads the processes over pod
+    # cgroups laid out as kubelet does (in every hierarchy); `mixed:10` runs the
+    # processes of 10 of them and leaves the others idle
+    tables: list[tuple[str, int, str, int, tuple[tuple[str, Options], ...] | None]] = [
+        ("default N=1000", 1000, "idle", 0, None),
+        ("busy N=1000", 1000, "busy", 0, None),
+        ("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True)),
+        ("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False)),
+        ("pods10 N=5000", 5000, "mixed:10", 110, _variants("pods10 N=5000", False)),
+        ("default N=200", 200, "idle", 0, None),
+        ("busy N=200", 200, "busy", 0, None),
     ]
     if quick:
         tables = [
-            ("default N=200", 200, "idle", 0),
-            ("busy N=200", 200, "busy", 0),
-            ("pods N=200", 200, "idle", 22),
+            ("default N=200", 200, "idle", 0, None),
+            ("busy N=200", 200, "busy", 0, None),
+            ("pods N=200", 200, "idle", 22, _variants("pods N=200", True)),
         ]
     echo(f"{rounds} interleaved rounds per table, medians; 10% of processes have 20 threads.")
     echo("cpu = user+system CPU of one pass; ratios are to the naive floor (b) of the same run.")
     echo("ratio: median of the rounds' ratios (each round's pass over the same round's floor);")
     echo("spread: their middle half (25th to 75th percentile).")
-    echo("The pods table spreads the default table's processes over pod cgroups (2 containers")
-    echo("each); cg / no-cg: procdelta with and without their cgroup fields, same rounds.")
+    echo("Tables named pods spread the processes over 110 pod cgroups (2 containers each);")
+    echo("in pods10 the processes of 10 of them run. skip: as procdelta runs; no-skip: a")
+    echo("quiet cgroup's processes read anyway; no-cg: no cgroup fields. Same rounds.")
     header = (
-        f"{'table':<18} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
+        f"{'table':<21} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
         f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'spread':>10} "
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
-    for name, processes, mode, pods in tables:
-        variants = _cgroup_variants(name) if pods else None
+    for name, processes, mode, pods, variants in tables:
         for result in bench_table(name, processes, mode, rounds, pause, pods, variants):
             _echo_row(result, echo)
     if not quick:
@@ -430,7 +438,7 @@ def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
         else f"{'-':>8} {'-':>9}"
     )
     echo(
-        f"{result.name:<18} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
+        f"{result.name:<21} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
         f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
         f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
         f"{statistics.median(result.ratios):6.2f} {spread:>10} {exporter}"

@@ -201,14 +201,12 @@ class CgroupFS:
         targets: dict[Hashable, list[Location]],
         previous: dict[Hashable, CgroupReading],
     ) -> dict[Hashable, CgroupReading]:
-        """One pass: each group's reading (see `read_group`), and the directories held
-        for the last pass's groups and not read in this one let go."""
+        """Each group's reading (see `read_group`); `release_unused` ends the pass."""
         readings = {}
         for group, locations in targets.items():
             reading = self.read_group(locations, previous.get(group))
             if reading is not None:
                 readings[group] = reading
-        self._release_unused()
         return readings
 
     def _held_dir(self, directory: bytes, inode: int) -> int | None:
@@ -252,7 +250,8 @@ class CgroupFS:
         at = self._held_dir(directory, inode)
         return (b"", at) if at is not None else (directory + b"/", None)
 
-    def _release_unused(self) -> None:
+    def release_unused(self) -> None:
+        """End of a pass: let go of the directories held and not read since the last."""
         for directory in [d for d in self._held if d not in self._held_used]:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()

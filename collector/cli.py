@@ -44,6 +44,7 @@ class Options:
     pressure: bool = True  # and its PSI files, where the node has them
     interval_gauges: bool = True  # export procdelta_interval_<field>
     totals: bool = True  # export procdelta_<field>_total
+    skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
 
     @property
     def shapes(self) -> Shapes:
@@ -217,7 +218,9 @@ def build_engine(
     names = PodNames(options.pod_logs, options.container_logs)
     grouper = Grouper(names, per_container=options.per_container, pods_only=options.pods_only)
     cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
-    return Engine(reader, tracker, grouper, Totals(), cgroupfs=cgroupfs)
+    return Engine(
+        reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
+    )
 
 
 def node_sources(options: Options, engine: Engine) -> dict[str, bool]:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS, Location
 from collector.cgroupguard import CgroupAdvance, CgroupTracker
-from collector.groups import Group, Grouper, PodRef
+from collector.groups import CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
@@ -22,6 +22,7 @@ from collector.model import (
     CgroupFields,
     CgroupReading,
     Fields,
+    Malformed,
 )
 from collector.reading import Reader
 from collector.tracker import Tracker
@@ -50,6 +51,7 @@ class PassResult:
     cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
     dropped_cgroups: Mapping[str, int] = field(default_factory=dict)
     tracked_cgroups: int = 0
+    carried_by_cgroup: int = 0  # processes not read: their cgroup had not run
 
     def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
         """Groups with an interval of either kind, the biggest CPU consumers first (by
@@ -99,6 +101,7 @@ class Engine:
         wall_clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
         cgroupfs: CgroupFS | None = None,
+        skip_quiet: bool = True,
     ):
         self.reader = reader
         self.tracker = tracker
@@ -107,20 +110,28 @@ class Engine:
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
         self.cgroup_tracker = CgroupTracker()
         self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
+        self._cgroup_dirs: dict[Group, CgroupDirs] = {}  # of the last pass's non-pod groups
+        self._read_early: frozenset[Group] = frozenset()  # read before the last pass's processes
+        self.skip_quiet = skip_quiet
         self.wall_clock = wall_clock
         self.timer = timer
         self.passes = 0
         self._previous_listing_ns: int | None = None
 
     def run_pass(self) -> PassResult:
+        """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
+        last pass), so that a cgroup whose usage did not move proves its processes quiet
+        (`reading.in_quiet_cgroup`); then the processes; then the cgroups of non-pod
+        groups seen for the first time; the guards; the sums."""
         began = self.timer()
         with _collector_held():
             self.grouper.refresh()
-            pods = self._pod_cgroups()
-            readings = self.reader.read_pass()
+            early = self._read_cgroups(self._known_cgroups())
+            readings = self.reader.read_pass(self._quiet(early) if self.skip_quiet else None)
             advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
             grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
-            cgroups = self._cgroup_pass(pods, grouped)
+            late = self._read_cgroups(self._new_cgroups(grouped, early))
+            cgroups = self._guard_cgroups(early, late, grouped)
             seen = grouped.footprints.keys() | cgroups.read
             self.totals.add_pass(grouped.intervals, seen, cgroups.advance.deltas)
 
@@ -156,31 +167,90 @@ class Engine:
                 else {}
             ),
             tracked_cgroups=self.cgroup_tracker.tracked,
+            carried_by_cgroup=readings.carried_by_cgroup,
         )
 
-    def _pod_cgroups(self) -> dict[PodRef, list[Location]]:
-        """Every pod cgroup on the node (or container cgroup, with `--per-container`),
-        listed before the processes are grouped: a pod's own directory says its QoS class
-        where a process's namespaced path may not (`Grouper.learn_qos`)."""
+    def _known_cgroups(self) -> dict[Group, list[Location]]:
+        """Every pod cgroup on the node (or container cgroup, with `--per-container`), and
+        the cgroups of the non-pod groups the last pass saw. Pods are listed before the
+        processes are grouped: a pod's own directory says its QoS class where a process's
+        namespaced path may not (`Grouper.learn_qos`)."""
         if self.cgroupfs is None:
             return {}
         pods = self.cgroupfs.pods(self.grouper.per_container)
         self.grouper.learn_qos(pods)
-        return pods
-
-    def _cgroup_pass(self, pods: dict[PodRef, list[Location]], grouped: Grouped) -> _CgroupPass:
-        """Read and guard the cgroup of every pod listed, whether a process of it
-        contributed or not, and of every non-pod group a process of which was seen."""
-        if self.cgroupfs is None:
-            return _CgroupPass(CgroupAdvance(), frozenset())
         targets: dict[Group, list[Location]] = {}
         for pod, locations in pods.items():
             targets.setdefault(self.grouper.pod_group(pod), []).extend(locations)
-        for group, dirs in grouped.cgroup_dirs.items():
-            targets[group] = [Location(h, path.encode(), None, False) for h, path in dirs]
-        readings = self.cgroupfs.read_groups(targets, self._cgroup_readings)
+        for group, dirs in self._cgroup_dirs.items():
+            targets[group] = _locations(dirs)
+        return targets
+
+    @staticmethod
+    def _new_cgroups(grouped: Grouped, early: Mapping[Group, CgroupReading]):
+        """The cgroups of non-pod groups seen this pass and not read at its start."""
+        return {g: _locations(dirs) for g, dirs in grouped.cgroup_dirs.items() if g not in early}
+
+    def _read_cgroups(self, targets: dict[Group, list[Location]]) -> dict[Group, CgroupReading]:
+        if self.cgroupfs is None or not targets:
+            return {}
+        return self.cgroupfs.read_groups(targets, self._cgroup_readings)
+
+    def _quiet(self, early: Mapping[Group, CgroupReading]) -> Callable[[bytes], bool] | None:
+        """Whether a process's cgroup (by its `cgroup` file) did not run since the last
+        pass: its group's cgroup, read at the start of this pass and of the last one
+        (before the processes were read), is the same cgroup with the same usage. The
+        group is the one the process is summed in, whose cgroup is the deepest one read
+        that holds it: its pod's, its container's with `--per-container`, its own.
+
+        (A non-pod group seen for the first time is read at the end of its pass, after
+        its processes: it proves nothing until it has been read at a pass's start. The
+        reader's own rule — it carries only processes whose `cgroup` file read the same
+        twice — implies as much; the check here keeps the proof in one place.)"""
+        before = self._cgroup_readings
+        quiet = {
+            group
+            for group, now in early.items()
+            if group in self._read_early
+            and now.usage_ns is not None
+            and (last := before.get(group)) is not None
+            and last.usage_ns == now.usage_ns
+            and last.identity == now.identity
+        }
+        self._read_early = frozenset(early)
+        if not quiet:
+            return None
+        group_of, known = self.grouper.group_of, {}
+
+        def in_quiet(cgroup_text: bytes) -> bool:
+            answer = known.get(cgroup_text)
+            if answer is None:
+                try:
+                    answer = known[cgroup_text] = group_of(cgroup_text) in quiet
+                except Malformed:
+                    answer = known[cgroup_text] = False
+            return answer
+
+        return in_quiet
+
+    def _guard_cgroups(
+        self,
+        early: dict[Group, CgroupReading],
+        late: dict[Group, CgroupReading],
+        grouped: Grouped,
+    ) -> _CgroupPass:
+        """Guard every cgroup read this pass; what the next pass reads first."""
+        if self.cgroupfs is None:
+            return _CgroupPass(CgroupAdvance(), frozenset())
+        readings = early | late
         self._cgroup_readings = readings
+        self._cgroup_dirs = grouped.cgroup_dirs
+        self.cgroupfs.release_unused()
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
+
+
+def _locations(dirs: CgroupDirs) -> list[Location]:
+    return [Location(hierarchy, path.encode(), None, False) for hierarchy, path in dirs]
 
 
 @dataclass(frozen=True, slots=True)

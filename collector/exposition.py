@@ -121,6 +121,7 @@ class SelfState:
     tracked_threads: int = 0
     dropped_cgroups: Mapping[str, int] | None = None  # None: cgroup fields not collected
     tracked_cgroups: int = 0
+    skipped_processes: int = 0
     sources: Mapping[str, bool] | None = None
 
 
@@ -259,6 +260,13 @@ def _self_families(state: SelfState) -> list[Family]:
                     "gauge",
                     "Groups whose cgroup the last pass read.",
                     (("", (), state.tracked_cgroups),),
+                ),
+                Family(
+                    "procdelta_skipped_processes",
+                    "gauge",
+                    "Processes the last pass did not read: their cgroup's CPU usage had "
+                    "not moved, so their last reading was carried over.",
+                    (("", (), state.skipped_processes),),
                 ),
             )
         ),

@@ -62,6 +62,7 @@ class PassReadings:
     vanished: int
     unreadable: int
     denied: int
+    carried_by_cgroup: int = 0  # processes carried over unread: their cgroup was quiet
 
 
 class _ThreadSeen(NamedTuple):
@@ -110,6 +111,27 @@ CGROUP_REVALIDATE_PASSES = 8
 """A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
 
 
+def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
+    """Whether a known process is in a cgroup that has not run since it was last read:
+    its cgroup's CPU usage did not move (`quiet`, decided by the caller with the cgroup
+    read before this pass and the one read before that process's last reading).
+
+    Kernel fact: a cgroup's CPU usage (v2 `cpu.stat` `usage_usec`, v1 `cpuacct.usage`)
+    is charged whenever any of its tasks runs (`update_curr`), and every counter read
+    here — on-CPU time and the ticks it is scaled to, context switches, storage bytes,
+    major faults, thread starts and exits — moves only while a task of the process runs.
+    Two timings can leave usage still while a counter moved: v2 usage is in µs (less
+    than a µs of running), and a thread picked just before the read but not yet charged
+    has its run delay and run count moved. Both are read at the next pass that reads the
+    process: deferred, never lost (the guard compares with the last reading it got).
+
+    The process's cgroup is the one its `cgroup` file said when last read (at most
+    `CGROUP_REVALIDATE_PASSES` passes ago, as for every attribution): a process moved
+    out of a quiet cgroup since is read when that file is read again.
+    """
+    return quiet(previous.reading.cgroup)
+
+
 class Reader:
     """Reads every process of a `ProcFS`, stamping each reading with `clock()`.
 
@@ -137,8 +159,11 @@ class Reader:
       its `stat` is not read; its reading is the last one at a new instant. Its resident
       memory (which reclaim can shrink while it sleeps) and its name are refreshed with
       its cgroup, every `CGROUP_REVALIDATE_PASSES` passes.
+    * A process in a quiet cgroup (`read_pass(quiet=…)`, see `in_quiet_cgroup`) is
+      carried over the same way, without reading any of its files.
 
-    Those two refreshes are the only places it can lag a full read.
+    Those two refreshes are the only places it can lag a full read, with one kernel
+    timing said at `in_quiet_cgroup`.
 
     `incremental=False` reads every file every pass (the tests compare the two).
     """
@@ -154,12 +179,18 @@ class Reader:
         self.clock = clock
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self.incremental = incremental
-        self._previous: dict[int, ProcessReading] = {}
+        self._previous: dict[int, _Seen] = {}
         self._confirmed: set[int] = set()  # PIDs whose cgroup read the same twice running
         self._passes = 0
+        self._quiet: Callable[[bytes], bool] | None = None
+        self._carried = 0  # processes carried over by a quiet cgroup, this pass
 
-    def read_pass(self) -> PassReadings:
+    def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
+        """Every process listed now. `quiet(cgroup_text)` says whether a process whose
+        cgroup file reads so is in a cgroup that has not run since the previous pass (see
+        `in_quiet_cgroup`); its known processes are then carried over unread."""
         self._passes += 1
+        self._quiet = quiet if self.incremental else None
         listed_at = self.clock()
         listed = self.procfs.processes()
         readings: list[ProcessReading] = []
@@ -190,6 +221,7 @@ class Reader:
                 _new(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
             )
         self._previous = current
+        carried, self._carried = self._carried, 0
         return PassReadings(
             listed_at_ns=listed_at,
             readings=tuple(readings),
@@ -197,6 +229,7 @@ class Reader:
             vanished=vanished,
             unreadable=unreadable,
             denied=denied,
+            carried_by_cgroup=carried,
         )
 
     def read_process(self, pid: int) -> ProcessReading:
@@ -208,6 +241,17 @@ class Reader:
         procfs = self.procfs
         revalidate = not (pid + self._passes) % CGROUP_REVALIDATE_PASSES
         early = _NOTHING_EARLY
+        if (
+            previous is not None
+            and previous.ino == ino
+            and confirmed
+            and not revalidate
+            and self._quiet is not None
+            and in_quiet_cgroup(previous, self._quiet)
+        ):
+            self._confirmed.add(pid)
+            self._carried += 1
+            return self._carry(pid, previous)
         if (
             previous is not None
             and previous.ino == ino
@@ -278,13 +322,17 @@ class Reader:
                     return None
         except ProcError:
             return None  # gone, refused or malformed: the whole read says which
+        return self._carry(pid, previous)
+
+    def _carry(self, pid: int, previous: _Seen) -> _Seen:
+        """The last pass's reading of a process that has not run since, at a new instant."""
         last = previous.reading
         reading = _new(
             ProcessReading,
             (pid, last.comm, last.start_ticks, self.clock(), last.utime_ticks,
              last.stime_ticks, last.major_faults, last.rss_bytes, last.cgroup, last.threads),
         )  # fmt: skip
-        return _new(_Seen, (previous.ino, reading, known, 0, None))
+        return _new(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     def _read_threads(
         self, pid: int, stat: Stat, previous: _Seen | None, early: _Early

@@ -1,12 +1,13 @@
 """A reproducible synthetic process table for the benchmark, run as its own process:
 
-    python -m collector.synthetic PROCESSES THREADED_SHARE THREADS {idle,busy} [CGROUP_PROCS]
-                                  [PODS_FILE]
+    python -m collector.synthetic PROCESSES THREADED_SHARE THREADS {idle,busy,mixed:R}
+                                  [CGROUP_PROCS] [PODS_FILE]
 
 It forks PROCESSES children; the first THREADED_SHARE of them run THREADS threads in all.
 `idle` threads block for good (a node's usual state: most threads sleep); `busy` threads
 wake every 100 ms and do a little work, so every thread moves between any two passes
-that are more than 100 ms apart.
+that are more than 100 ms apart; `mixed:R` (with PODS_FILE) makes the processes of the
+first R pods busy and the others idle.
 With CGROUP_PROCS, the table puts itself in that cgroup first; with PODS_FILE (one line
 per pod: the `cgroup.procs` files of its container, tab-separated, one per hierarchy),
 child i moves itself into pod i modulo their number before it starts its threads. It
@@ -46,6 +47,14 @@ def _child(threads: int, mode: str, ready_fd: int, procs_files: list[str]) -> No
         signal.pause()
 
 
+def _mode(mode: str, index: int, pods: list[list[str]]) -> str:
+    """A child's own mode: `mixed:R` is `busy` in the first R pods, `idle` elsewhere."""
+    if not mode.startswith("mixed:"):
+        return mode
+    running = int(mode.split(":", 1)[1])
+    return "busy" if pods and index % len(pods) < running else "idle"
+
+
 def main(argv: list[str]) -> None:
     processes, share, threads, mode = int(argv[0]), float(argv[1]), int(argv[2]), argv[3]
     if len(argv) > 4 and argv[4]:
@@ -65,7 +74,7 @@ def main(argv: list[str]) -> None:
             os.close(ready_r)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             pod = pods[index % len(pods)] if pods else []
-            _child(threads if index < threaded else 1, mode, ready_w, pod)
+            _child(threads if index < threaded else 1, _mode(mode, index, pods), ready_w, pod)
             os._exit(0)
         children.append(pid)
     os.close(ready_w)

@@ -144,16 +144,24 @@ class Process:
     start_ticks: int = 100
 
 
-def write_proc(root: Path, processes: tuple[Process, ...], index: int) -> None:
-    """`root` as /proc at pass `index` (0 or 1): one directory per process, written anew."""
-    if root.exists():
+def write_proc(
+    root: Path, processes: tuple[Process, ...], index: int, in_place: bool = False
+) -> None:
+    """`root` as /proc at pass `index` (0 or 1): one directory per process, written anew,
+    or `in_place`: files rewritten, a process's directory kept (its inode too, as the
+    kernel keeps a live process's) and removed when it is gone."""
+    if root.exists() and not in_place:
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     (root / "loadavg").write_text("0.10 0.05 0.01 1/80 900\n")
+    wanted = {str(process.pid) for process in processes}
+    for entry in root.iterdir():
+        if entry.is_dir() and entry.name not in wanted:
+            shutil.rmtree(entry)
     for process in processes:
         base = root / str(process.pid)
         task = base / "task" / str(process.pid)
-        task.mkdir(parents=True)
+        task.mkdir(parents=True, exist_ok=True)
         stat = (
             f"{process.pid} ({process.comm}) S 1 {process.pid} {process.pid} 0 -1 4194560 0 0 "
             f"0 0 {process.utime_ticks[index]} 0 0 0 20 0 1 0 {process.start_ticks} 10000000 "

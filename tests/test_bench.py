@@ -20,11 +20,17 @@ def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
     header = next(line for line in lines if line.startswith("table")).split()
     assert header[:3] == ["table", "procs", "threads"] and header[-3:] == ["ms", "p-e", "ratio"]
     rows = {
-        line[:18].strip(): line[18:].split()
+        line[:21].strip(): line[21:].split()
         for line in lines
         if line.startswith(("default", "busy", "pods"))
     }
-    assert set(rows) == {"default N=200", "busy N=200", "pods N=200 cg", "pods N=200 no-cg"}
+    assert set(rows) == {
+        "default N=200",
+        "busy N=200",
+        "pods N=200 skip",
+        "pods N=200 no-skip",
+        "pods N=200 no-cg",
+    }
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
         assert procs >= 200 and threads >= 200 + 20 * 19, name  # the table was there

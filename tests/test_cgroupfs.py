@@ -142,11 +142,13 @@ def test_directories_are_held_while_read_and_let_go_after(tmp_path):
     fs = CgroupFS(str(tree.root))
     targets = {ref: locations for ref, locations in fs.pods(False).items()}
     fs.read_groups(targets, {})
+    fs.release_unused()
     held = dict(fs._held)
     assert held  # the pods' v2 directories (and the v1-only pod's cpuacct)
     for directory, (inode, fd) in held.items():
         assert os.fstat(fd).st_ino == inode == os.stat(directory).st_ino
     fs.read_groups({}, {})  # a pass that reads none of them
+    fs.release_unused()
     assert not fs._held
     for _, fd in held.values():
         with pytest.raises(OSError):

@@ -15,11 +15,11 @@ class Watching:
         self.fail = fail
         self.collector_enabled: list[bool] = []
 
-    def read_pass(self):
+    def read_pass(self, quiet=None):
         self.collector_enabled.append(gc.isenabled())
         if self.fail:
             raise OSError("proc root gone")
-        return self.reader.read_pass()
+        return self.reader.read_pass(quiet)
 
 
 def test_the_garbage_collector_is_held_off_for_a_pass_and_back_after():

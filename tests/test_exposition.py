@@ -56,6 +56,7 @@ def test_every_family_of_the_spec_with_its_type():
         "procdelta_build_info": "gauge",
         "procdelta_dropped_cgroup_deltas": "counter",
         "procdelta_tracked_cgroups": "gauge",
+        "procdelta_skipped_processes": "gauge",
     }
     expected |= {f"procdelta_interval_{name}": "gauge" for name in CGROUP_FIELDS}
     expected |= {f"procdelta_{name}": "counter" for name in CGROUP_FIELDS}

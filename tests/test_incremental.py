@@ -15,6 +15,10 @@ from collections import Counter
 
 import pytest
 
+from collector.aggregate import Totals
+from collector.cgroupfs import CgroupFS
+from collector.engine import Engine
+from collector.groups import Grouper, PodNames
 from collector.procfs import ProcFS
 from collector.reading import CGROUP_REVALIDATE_PASSES, Reader
 from collector.tracker import Tracker
@@ -223,3 +227,82 @@ def freeze(path: str, frozen: bool) -> None:
                 return
         time.sleep(0.005)
     raise AssertionError(f"cgroup {path} did not {'freeze' if frozen else 'thaw'}")
+
+
+@pytest.mark.kernel
+def test_live_pods_an_idle_one_is_not_read_and_all_are_identical_to_a_full_read(tmp_path):
+    """Real pods on this host's v2 tree: one idle, one busy (frozen while both engines
+    read it), one where one thread of one process runs once. The engine that carries
+    the processes of a quiet cgroup reads none of the idle pod's files, and its readings
+    are those of a reader that reads every file."""
+    pods = {name: (str(uuid.uuid4()), uuid.uuid4().hex * 2) for name in ("idle", "busy", "once")}
+    paths = {name: f"kubepods/burstable/pod{uid}/{cid}" for name, (uid, cid) in pods.items()}
+    with (
+        cgroup("v2", paths["idle"]) as idle,
+        cgroup("v2", paths["busy"]) as busy,
+        cgroup("v2", paths["once"]) as once,
+        Workload(idle, "--idle", "3"),
+        Workload(idle, "--idle", "1"),
+        Workload(busy, "--busy", "1", "--sleepers", "1"),
+        Workload(once, "--idle", "2") as once_work,
+    ):
+        pids = {}
+        for name, directory in (("idle", idle), ("busy", busy), ("once", once)):
+            with open(f"{directory}/cgroup.procs") as procs:
+                pids[name] = {int(p) for p in procs.read().split()}
+        fast_fs = CountingProcFS("/proc")
+
+        def engine(procfs, fast: bool) -> Engine:
+            return Engine(
+                Reader(procfs, page_size=4096, incremental=fast),
+                Tracker(100),
+                Grouper(PodNames(str(tmp_path), str(tmp_path))),
+                Totals(),
+                cgroupfs=CgroupFS("/sys/fs/cgroup"),
+                skip_quiet=fast,
+            )
+
+        fast, full = engine(fast_fs, True), engine(ProcFS("/proc"), False)
+        captured = {}
+        for which, reader in (("fast", fast.reader), ("full", full.reader)):
+            read = reader.read_pass
+            reader.read_pass = lambda quiet=None, read=read, which=which: (
+                captured.setdefault(which, []).append(read(quiet)) or captured[which][-1]
+            )
+        idle_unread = once_unread = 0
+        for round_ in range(12):
+            if round_ == 6:
+                assert once_work.ask("count") == "0"  # its main thread runs, once
+            freeze(busy, True)
+            try:
+                fast_fs.by_pid.clear()
+                fast.run_pass()
+                full.run_pass()
+            finally:
+                freeze(busy, False)
+            everyone = pids["idle"] | pids["busy"] | pids["once"]
+            ours_fast = {
+                p: r for p, r in comparable(captured["fast"][-1].readings).items() if p in everyone
+            }
+            ours_full = {
+                p: r for p, r in comparable(captured["full"][-1].readings).items() if p in everyone
+            }
+            for ours in (ours_fast, ours_full):  # unfrozen and asleep: reclaim may shrink their
+                for pid in pids["idle"] | pids["once"]:  # RSS, kept up to 8 passes when carried
+                    if pid in ours:
+                        ours[pid] = ours[pid]._replace(rss_bytes=0)
+            assert ours_fast == ours_full, f"round {round_}"
+            assert set(ours_fast) == everyone
+            read_of = {pid for (pid, _), count in fast_fs.by_pid.items() if count}
+            if not read_of & pids["idle"]:
+                idle_unread += 1
+            if not read_of & pids["once"]:
+                once_unread += 1
+            if round_ == 6:
+                assert read_of & pids["once"], "the pod that ran is read"
+            assert read_of & pids["busy"], f"round {round_}: the busy pod is read every pass"
+            time.sleep(0.1)
+    # From the third pass (the cgroup files confirmed), but for each process's periodic
+    # refresh: the idle pod is not read at all
+    assert idle_unread >= 6, idle_unread
+    assert once_unread >= 5, once_unread

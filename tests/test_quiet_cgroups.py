@@ -1,0 +1,232 @@
+"""A group whose cgroup did not run has its processes carried over unread.
+
+Over a fixture node changed in place pass after pass (a pure v2 host: an idle pod, a pod
+that runs, a service), an engine that takes the shortcut is compared with one whose
+reader reads every file every pass: the readings are identical, and the reads counted
+per PID show which processes were not read at all. The live kernel counterpart is in
+tests/test_incremental.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from collector.aggregate import Totals
+from collector.cgroupfs import CgroupFS
+from collector.engine import Engine, PassResult
+from collector.exporter import PassLoop
+from collector.groups import Grouper, PodNames
+from collector.procfs import ProcFS
+from collector.reading import Reader
+from collector.tracker import Tracker
+from tests.cgroupfixture import Process, pressure, v2_stat, write_proc
+from tests.fixturetree import ScriptedClock
+from tests.test_incremental import CountingProcFS, comparable
+
+A = "kubepods/burstable/podaaaaaaaa-0000-4000-8000-00000000000a"  # idle
+B = "kubepods/burstable/podbbbbbbbb-0000-4000-8000-00000000000b"  # runs every pass
+S = "system.slice/s.service"  # idle
+CID = "1c" * 32
+# PIDs ≡ 0 mod 8: none is due for its periodic refresh in passes 3 to 7
+IDLE_A, IDLE_A2, RUNS_B, IDLE_S, NEW_A = 8, 16, 24, 32, 40
+
+
+class Capturing:
+    """The engine's reader, keeping what each pass read."""
+
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self.last = None
+        self.after: Callable[[], None] | None = None  # runs once, right after a read
+
+    def read_pass(self, quiet: Callable[[bytes], bool] | None = None):
+        self.last = self.reader.read_pass(quiet)
+        if self.after is not None:
+            self.after, after = None, self.after
+            after()
+        return self.last
+
+
+def process(pid: int, cgroup: str, cpu: int = 10**9) -> Process:
+    return Process(pid, f"p{pid}", f"0::/{cgroup}\n", (cpu, cpu), (0, 0))
+
+
+class Node:
+    def __init__(self, root: Path):
+        self.proc, self.cgroup = root / "proc", root / "cgroup"
+        self.usage = {A: 10**6, B: 10**6, S: 10**6}
+        self.processes = [
+            process(IDLE_A, f"{A}/{CID}"),
+            process(IDLE_A2, f"{A}/{CID}"),
+            process(RUNS_B, f"{B}/{CID}"),
+            process(IDLE_S, S),
+        ]
+        (self.cgroup).mkdir()
+        (self.cgroup / "cgroup.controllers").write_text("cpu io memory\n")
+        (self.cgroup / "cpu.pressure").write_text(
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+        )
+        self.write()
+
+    def write(self) -> None:
+        write_proc(self.proc, tuple(self.processes), 0, in_place=True)
+        for path, usage in self.usage.items():
+            directory = self.cgroup / path
+            (directory / CID).mkdir(parents=True, exist_ok=True)
+            for name, text in {"cpu.stat": v2_stat(usage), **pressure("", (0, 0))}.items():
+                with open(directory / name.lstrip("/"), "w") as out:  # in place
+                    out.write(text)
+
+    def engine(self, fast: bool, clock: ScriptedClock) -> tuple[Engine, CountingProcFS | None]:
+        procfs = CountingProcFS(str(self.proc)) if fast else ProcFS(str(self.proc))
+        engine = Engine(
+            Capturing(Reader(procfs, clock=clock, page_size=4096, incremental=fast)),
+            Tracker(hz=100),
+            Grouper(PodNames("/nonexistent", "/nonexistent")),
+            Totals(),
+            wall_clock=lambda: 1_700_000_000.0,
+            timer=lambda: 0.0,
+            cgroupfs=CgroupFS(str(self.cgroup)),
+            skip_quiet=fast,
+        )
+        return engine, procfs if fast else None
+
+
+def run_b(node: Node, step: int) -> None:
+    """B's process ran: its counters and its cgroup's usage moved."""
+    node.usage[B] += 1000 * step
+    node.processes[2] = process(RUNS_B, f"{B}/{CID}", cpu=10**9 + step * 10**6)
+
+
+def test_idle_groups_are_carried_unread_and_identical_to_a_full_read(tmp_path):
+    node = Node(tmp_path)
+    (fast, counting), (full, _) = (
+        node.engine(True, ScriptedClock()),
+        node.engine(False, ScriptedClock()),
+    )
+    results: list[PassResult] = []
+
+    def both() -> dict[int, int]:
+        """One pass of both engines; reads of each PID by the fast one."""
+        counting.by_pid.clear()
+        results.append(fast.run_pass())
+        full.run_pass()
+        ours, theirs = fast.reader.last, full.reader.last
+        assert comparable(ours.readings) == comparable(theirs.readings)
+        reads: dict[int, int] = {}
+        for (pid, _), count in counting.by_pid.items():
+            reads[pid] = reads.get(pid, 0) + count
+        return reads
+
+    def carried(reads: dict[int, int]) -> set[int]:
+        return {pid for pid in (IDLE_A, IDLE_A2, RUNS_B, IDLE_S, NEW_A) if not reads.get(pid)}
+
+    both()  # first sighting: every file read
+    run_b(node, 1)
+    node.write()
+    both()  # the cgroup files read again and found the same: from now, confirmed
+    assert results[-1].carried_by_cgroup == 0
+
+    run_b(node, 2)
+    node.write()
+    reads = both()
+    assert carried(reads) == {IDLE_A, IDLE_A2, IDLE_S, NEW_A}  # NEW_A does not exist yet
+    assert results[-1].carried_by_cgroup == 3
+
+    # a process moved into the idle pod (its usage does not move): read, the others not
+    node.processes.append(process(NEW_A, f"{A}/{CID}"))
+    node.write()
+    reads = both()
+    assert reads.get(NEW_A) and carried(reads) >= {IDLE_A, IDLE_A2, IDLE_S}
+
+    # the idle pod's cgroup made anew under the same path, with the same usage: no shortcut
+    os.rename(node.cgroup / A, tmp_path / "old-a")
+    node.write()
+    reads = both()
+    assert reads.get(IDLE_A) and reads.get(IDLE_A2) and IDLE_S in carried(reads)
+    assert results[-1].dropped_cgroups["recreated"] == 1
+
+    node.write()
+    assert {IDLE_A, IDLE_A2, NEW_A} <= carried(both())  # quiet again
+
+    # its usage fell: no shortcut, and the cgroup delta is dropped and counted
+    node.usage[A] -= 10
+    node.write()
+    reads = both()
+    assert reads.get(IDLE_A) and reads.get(NEW_A)
+    assert results[-1].dropped_cgroups["counter_fell"] == 1
+
+    # the totals of the two engines agree, field by field (the shortcut defers nothing
+    # here: the fixture's counters only move with their cgroup's usage)
+    assert {
+        g: {k: v for k, v in t.items() if k != "observed_nanos"}
+        for g, t in results[-1].totals.items()
+    } == {
+        g: {k: v for k, v in t.items() if k != "observed_nanos"}
+        for g, t in full.totals.snapshot().items()
+    }
+
+
+def test_without_cgroup_usage_nothing_is_carried(tmp_path):
+    node = Node(tmp_path)
+    for path in (A, B, S):
+        os.unlink(node.cgroup / path / "cpu.stat")
+    fast, counting = node.engine(True, ScriptedClock())
+    for _ in range(4):
+        counting.by_pid.clear()
+        result = fast.run_pass()
+        assert result.carried_by_cgroup == 0
+    assert counting.by_pid[IDLE_A, "stat"] == 0  # quiet by its schedstat alone: stat not read
+    assert counting.by_pid[IDLE_A, "task/schedstat"] == 1  # but its thread was read
+
+
+def test_an_interval_with_the_shortcut_sums_the_same(tmp_path):
+    node = Node(tmp_path)
+    fast, _ = node.engine(True, ScriptedClock())
+    full, _ = node.engine(False, ScriptedClock())
+    loop = PassLoop(fast, interval=1.0, monotonic=lambda: 0.0)
+    for step in range(1, 6):
+        run_b(node, step)
+        node.write()
+        a, b = loop.run_pass(), full.run_pass()
+        strip = lambda fields: {k: v for k, v in fields.as_dict().items() if k != "observed_nanos"}  # noqa: E731
+        assert {g: strip(f) for g, f in a.intervals.items()} == {
+            g: strip(f) for g, f in b.intervals.items()
+        }
+        assert a.cgroup_intervals == b.cgroup_intervals
+    assert a.carried_by_cgroup == 3
+    assert b"\nprocdelta_skipped_processes 3\n" in loop.snapshot().text
+
+
+def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before_them(tmp_path):
+    """A service seen for the first time has its cgroup read at the end of the pass,
+    after its process was read: a run in between is in that usage but not in the
+    process's reading. The next pass must read the process, even though the usage then
+    equals that late reading."""
+    node = Node(tmp_path)
+    fast, _ = node.engine(True, ScriptedClock())
+    full, _ = node.engine(False, ScriptedClock())
+    late = "system.slice/late.service"
+    for _ in range(2):
+        fast.run_pass()
+        full.run_pass()
+    node.usage[late] = 10**6
+    node.processes.append(process(48, late))  # PID 48: no refresh due in the passes below
+    node.write()
+
+    def runs_after_its_read():  # the process runs once its files were read, this pass
+        node.processes[-1] = process(48, late, cpu=2 * 10**9)
+        node.usage[late] += 10**6
+        node.write()
+
+    fast.reader.after = runs_after_its_read
+    fast.run_pass()  # first sighting of the service: its cgroup read late
+    full.run_pass()
+    for _ in range(3):  # nothing runs any more
+        fast.run_pass()
+        full.run_pass()
+        assert comparable(fast.reader.last.readings) == comparable(full.reader.last.readings)
+    totals = {g.labels: t for g, t in fast.totals.snapshot().items()}
+    assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
