@@ -160,7 +160,8 @@ class Reader:
       memory (which reclaim can shrink while it sleeps) and its name are refreshed with
       its cgroup, every `CGROUP_REVALIDATE_PASSES` passes.
     * A process in a quiet cgroup (`read_pass(quiet=…)`, see `in_quiet_cgroup`) is
-      carried over the same way, without reading any of its files.
+      carried over the same way, without reading any of its files; its periodic refresh
+      reads its `stat` and `cgroup` only, its threads carried.
 
     Those two refreshes are the only places it can lag a full read, with one kernel
     timing said at `in_quiet_cgroup`.
@@ -245,13 +246,14 @@ class Reader:
             previous is not None
             and previous.ino == ino
             and confirmed
-            and not revalidate
             and self._quiet is not None
             and in_quiet_cgroup(previous, self._quiet)
         ):
-            self._confirmed.add(pid)
-            self._carried += 1
-            return self._carry(pid, previous)
+            carried = self._refresh(pid, previous) if revalidate else self._carry(pid, previous)
+            if carried is not None:
+                self._confirmed.add(pid)
+                self._carried += 1
+                return carried
         if (
             previous is not None
             and previous.ino == ino
@@ -323,6 +325,35 @@ class Reader:
         except ProcError:
             return None  # gone, refused or malformed: the whole read says which
         return self._carry(pid, previous)
+
+    def _refresh(self, pid: int, previous: _Seen) -> _Seen | None:
+        """The periodic refresh of a process carried by its quiet cgroup: its `stat` (for
+        its resident memory and name) and its `cgroup` read again, its threads carried.
+        None — read it whole — if it moved to another cgroup or its `stat` counters moved
+        (it ran: it cannot have, in a quiet cgroup, unless it left it)."""
+        procfs = self.procfs
+        last = previous.reading
+        try:
+            stat = parse_stat(procfs.process_file(pid, "stat"))
+            at_ns = self.clock()
+            cgroup = procfs.process_file(pid, "cgroup")
+        except ProcError:
+            return None  # gone, refused or malformed: the whole read says which
+        if (
+            cgroup != last.cgroup
+            or stat.start_ticks != last.start_ticks
+            or stat.utime_ticks != last.utime_ticks
+            or stat.stime_ticks != last.stime_ticks
+            or stat.major_faults != last.major_faults
+            or stat.num_threads != len(last.threads)
+        ):
+            return None
+        reading = _new(
+            ProcessReading,
+            (pid, stat.comm, last.start_ticks, at_ns, last.utime_ticks, last.stime_ticks,
+             last.major_faults, stat.rss_pages * self.page_size, last.cgroup, last.threads),
+        )  # fmt: skip
+        return _new(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     def _carry(self, pid: int, previous: _Seen) -> _Seen:
         """The last pass's reading of a process that has not run since, at a new instant."""

@@ -142,6 +142,7 @@ class Process:
     run_delay_ns: tuple[int, int]
     utime_ticks: tuple[int, int] = (0, 0)
     start_ticks: int = 100
+    rss_pages: int = 100
 
 
 def write_proc(
@@ -165,7 +166,8 @@ def write_proc(
         stat = (
             f"{process.pid} ({process.comm}) S 1 {process.pid} {process.pid} 0 -1 4194560 0 0 "
             f"0 0 {process.utime_ticks[index]} 0 0 0 20 0 1 0 {process.start_ticks} 10000000 "
-            "100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+            f"{process.rss_pages} 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 "
+            "0 0 0 0 0 0\n"
         )
         (base / "stat").write_text(stat)
         (task / "stat").write_text(stat)

@@ -9,6 +9,7 @@ tests/test_incremental.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -230,3 +231,32 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
         assert comparable(fast.reader.last.readings) == comparable(full.reader.last.readings)
     totals = {g.labels: t for g, t in fast.totals.snapshot().items()}
     assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
+
+
+def test_the_periodic_refresh_of_a_carried_process_reads_its_stat_and_cgroup_only(tmp_path):
+    """PID 12 is due for its refresh at pass 4 ((12 + 4) % 8 == 0): reclaim shrank its
+    memory meanwhile. Its `stat` and `cgroup` are read, nothing else of it, and its
+    reading is the full read's."""
+    node = Node(tmp_path)
+    node.processes.append(process(12, f"{A}/{CID}"))
+    node.write()
+    (fast, counting), (full, _) = (
+        node.engine(True, ScriptedClock()),
+        node.engine(False, ScriptedClock()),
+    )
+    for _ in range(3):
+        fast.run_pass()
+        full.run_pass()
+    node.processes[-1] = dataclasses.replace(node.processes[-1], rss_pages=40)
+    node.write()
+    counting.by_pid.clear()
+    fast.run_pass()
+    full.run_pass()
+    assert {name for (pid, name), n in counting.by_pid.items() if pid == 12 and n} == {
+        "stat",
+        "cgroup",
+    }
+    assert comparable(fast.reader.last.readings) == comparable(full.reader.last.readings)
+    (twelve,) = [r for r in fast.reader.last.readings if r.pid == 12]
+    assert twelve.rss_bytes == 40 * 4096
+    assert fast.reader.last.carried_by_cgroup == 5  # all: B does not run in this test
