@@ -334,7 +334,7 @@ class CgroupFS:
     ) -> tuple[Bandwidth, ...] | None:
         """The bandwidth counters of the group's cgroup and, for a pod, of every cgroup
         below it: the kernel keeps them per cgroup, for that cgroup's own quota."""
-        own = _bandwidth(b"", inode, stat)
+        own = _bandwidth_of(b"", inode, stat)
         if own is None:
             return None
         found = [own]
@@ -345,7 +345,7 @@ class CgroupFS:
                 for child, child_inode in _subdirs(directory):
                     path = relative + b"/" + child
                     stat = _parsed(directory + b"/" + child + b"/cpu.stat", parse_flat_keyed)
-                    counters = None if stat is None else _bandwidth(path, child_inode, stat)
+                    counters = None if stat is None else _bandwidth_of(path, child_inode, stat)
                     if counters is not None:
                         found.append(counters)
                     stack.append((path, directory + b"/" + child))
@@ -373,7 +373,8 @@ def _bandwidth_unchanged(
     )
 
 
-def _bandwidth(path: bytes, inode: int, stat: dict[bytes, int]) -> Bandwidth | None:
+def _bandwidth_of(path: bytes, inode: int, stat: dict[bytes, int]) -> Bandwidth | None:
+    """The bandwidth counters in one cgroup's parsed `cpu.stat`, v1 or v2; None without."""
     periods = stat.get(b"nr_periods")
     throttled = stat.get(b"nr_throttled")
     if periods is None or throttled is None:

@@ -187,7 +187,9 @@ class Engine:
         return targets
 
     @staticmethod
-    def _new_cgroups(grouped: Grouped, early: Mapping[Group, CgroupReading]):
+    def _new_cgroups(
+        grouped: Grouped, early: Mapping[Group, CgroupReading]
+    ) -> dict[Group, list[Location]]:
         """The cgroups of non-pod groups seen this pass and not read at its start."""
         return {g: _locations(dirs) for g, dirs in grouped.cgroup_dirs.items() if g not in early}
 
@@ -217,7 +219,6 @@ class Engine:
             and last.usage_ns == now.usage_ns
             and last.identity == now.identity
         }
-        self._read_early = frozenset(early)
         if not quiet:
             return None
         group_of, known = self.grouper.group_of, {}
@@ -244,6 +245,7 @@ class Engine:
             return _CgroupPass(CgroupAdvance(), frozenset())
         readings = early | late
         self._cgroup_readings = readings
+        self._read_early = frozenset(early)
         self._cgroup_dirs = grouped.cgroup_dirs
         self.cgroupfs.release_unused()
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
