@@ -256,12 +256,6 @@ class CgroupFS:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()
 
-    def close(self) -> None:
-        """Let go of every directory held."""
-        for _, fd in self._held.values():
-            os.close(fd)
-        self._held.clear()
-
     def read_group(
         self, locations: list[Location], previous: CgroupReading | None = None
     ) -> CgroupReading | None:

@@ -170,6 +170,9 @@ def group_path(lines: tuple[CgroupLine, ...]) -> str:
     return strip_namespace_prefix(lines[0].path)
 
 
+HIERARCHY_ORDER = ("v2", "cpu", "cpuacct")
+"""The hierarchies a group's cgroup fields are read from, in the order they are tried."""
+
 CgroupDirs = tuple[tuple[str, str], ...]
 """(hierarchy, path) of a group's own cgroup in each hierarchy that holds it: `v2`, and
 the v1 controllers `cpu` and `cpuacct` (SPEC §7)."""
@@ -207,9 +210,6 @@ def cgroup_dirs(lines: tuple[CgroupLine, ...], label: str) -> CgroupDirs:
             if controller in line.controllers:
                 dirs.append((controller, label))
     return tuple(sorted(set(dirs), key=lambda d: HIERARCHY_ORDER.index(d[0])))
-
-
-HIERARCHY_ORDER = ("v2", "cpu", "cpuacct")
 
 
 @lru_cache(maxsize=8192)

@@ -223,9 +223,6 @@ class CgroupFields:
 CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
 """The ten fields of SPEC §7, in order; each is both an interval gauge and a counter."""
 
-PRESSURE_FIELD_NAMES: tuple[str, ...] = CGROUP_FIELD_NAMES[4:]
-"""The six PSI fields: cpu, memory, io, each `some` (waiting) then `full` (stalled)."""
-
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
 """Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):
 its first sighting, a directory made anew under the same path, or a counter that fell."""

@@ -14,16 +14,6 @@ from collector.cgroupfs import Hierarchies
 
 log = logging.getLogger("procdelta")
 
-SOURCES: tuple[str, ...] = (
-    "schedstat",
-    "thread_io",
-    "cgroup_v2",
-    "cgroup_v1_cpu",
-    "cgroup_v1_cpuacct",
-    "psi",
-)
-"""The sources of `procdelta_source_available{source}`."""
-
 _THROTTLING = "cpu_periods, cpu_throttled_periods, cpu_throttled_nanos"
 _PRESSURE = "the six *_pressure_* fields"
 
