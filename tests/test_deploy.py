@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.manifests import assert_least_privilege
 from tests.promtools import binary
 
 ROOT = Path(__file__).parent.parent
@@ -67,28 +68,11 @@ def test_service_selects_the_daemonset_pods():
 
 
 def test_daemonset_runs_with_the_least_privilege_that_works():
-    spec = load("daemonset.yaml")["spec"]["template"]["spec"]
-    assert spec["automountServiceAccountToken"] is False
-    assert spec["tolerations"] == [{"operator": "Exists"}]
-    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert not spec.get("hostPID") and not spec.get("hostNetwork")
-    (container,) = spec["containers"]
-    security = container["securityContext"]
-    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH", "SYS_PTRACE"]}
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["privileged"] is False
-    assert all(mount["readOnly"] for mount in container["volumeMounts"])
-    assert "--path.procfs=/host/proc" in container["args"]
-    # the host's cgroupfs, read-only down to the v1 controllers mounted below it
-    assert "--path.cgroupfs=/host/sys/fs/cgroup" in container["args"]
-    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup"]
-    assert mount["recursiveReadOnly"] in ("IfPossible", "Enabled")
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes[mount["name"]]["hostPath"]["path"] == "/sys/fs/cgroup"
+    daemonset = load("daemonset.yaml")
+    assert_least_privilege(daemonset)
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["path"] == "/healthz"
-    assert container["resources"]["limits"]["memory"]
 
 
 def test_prometheus_rule_carries_the_rule_file():

@@ -1,0 +1,103 @@
+{{/* The chart's name: the app.kubernetes.io/name label. */}}
+{{- define "procdelta.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The resources' name: the release's name when it contains the chart's name, else
+<release>-<name>; 63 characters at most (DNS labels).
+*/}}
+{{- define "procdelta.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "procdelta.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "procdelta.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/* Labels every resource carries. */}}
+{{- define "procdelta.labels" -}}
+helm.sh/chart: {{ include "procdelta.chart" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: metrics
+app.kubernetes.io/part-of: {{ include "procdelta.name" . }}
+{{ include "procdelta.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "procdelta.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "procdelta.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "procdelta.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "procdelta.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* registry/repository:tag@digest, each part only where set. */}}
+{{- define "procdelta.image" -}}
+{{- $image := printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.registry }}
+{{- $image = printf "%s/%s" . $image }}
+{{- end }}
+{{- with .Values.image.digest }}
+{{- $image = printf "%s@%s" $image . }}
+{{- end }}
+{{- $image }}
+{{- end }}
+
+{{/* The endpoint of a ServiceMonitor or PodMonitor: one port, the node's name as `node`. */}}
+{{- define "procdelta.endpoint" -}}
+port: metrics
+path: /metrics
+{{- with .interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+scheme: {{ .scheme }}
+{{- with .tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+  {{- with .relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* A share (0.25) as a percentage (25%). */}}
+{{- define "procdelta.percent" -}}
+{{- round (mulf . 100) 2 }}%
+{{- end }}

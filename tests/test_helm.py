@@ -1,0 +1,381 @@
+"""The Helm chart (deploy/helm/procdelta), rendered and linted by Helm's own engine.
+
+helm-python-sdk binds Helm v4's Go SDK: the same template engine, lint and schema
+validation as the `helm` command. Each rendering is checked by the tool made for it:
+kubernetes-validate for the Kubernetes objects, promtool for the rules; the Prometheus
+Operator's objects structurally. The kustomize base and the plain rule file are the
+chart rendered (deploy/generate.py); the last tests fail when they are stale.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import helm_python
+import pytest
+import yaml
+
+from tests.manifests import assert_least_privilege
+from tests.promtools import binary
+
+ROOT = Path(__file__).parent.parent
+CHART = ROOT / "deploy" / "helm" / "procdelta"
+KUBERNETES_VERSION = "1.33.0"  # the oldest Kubernetes release the chart promises
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+VALUES = {
+    "default": {},
+    "all-on": yaml.safe_load((CHART / "ci" / "all-on-values.yaml").read_text()),
+    "options": yaml.safe_load((CHART / "ci" / "options-values.yaml").read_text()),
+}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "deploy" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = _generator()
+
+
+def render(values: dict, name: str = "procdelta", namespace: str = "monitoring") -> dict:
+    """{kind: [objects]} of the chart rendered with these values."""
+    objects: dict[str, list[dict]] = {}
+    for text in generate.render(values, name=name, namespace=namespace).values():
+        for document in yaml.safe_load_all(text):
+            if document:
+                objects.setdefault(document["kind"], []).append(document)
+    return objects
+
+
+@pytest.fixture(scope="module", params=sorted(VALUES))
+def rendering(request) -> tuple[str, dict]:
+    return request.param, render(VALUES[request.param])
+
+
+def only(objects: dict, kind: str) -> dict:
+    (found,) = objects[kind]
+    return found
+
+
+# -- lint and schema ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_helm_lint_is_clean(name):
+    report = helm_python.lint(
+        CHART, VALUES[name], strict=True, kube_version=f"v{KUBERNETES_VERSION}"
+    )
+    assert report["errors"] == []
+    # severity 1 is "info": the only one is Chart.yaml's missing icon
+    assert [m for m in report["messages"] if m["severity"] > 1] == []
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_schema_accepts_the_values_files(name):
+    with helm_python.Chart.load(CHART) as chart:
+        chart.validate_schema(chart.merge_values(VALUES[name]))
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"procdelta": {"interval": "15"}}, "/procdelta/interval"),
+        ({"intervall": 15}, "additional properties 'intervall'"),
+        ({"procdelta": {"perContainers": True}}, "additional properties 'perContainers'"),
+        ({"service": {"port": 70000}}, "/service/port"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+        ({"prometheusRule": {"alerts": {"podCPUStarved": {"starvation": "25%"}}}}, "starvation"),
+        ({"prometheusRule": {"alerts": {"down": {"for": "5 minutes"}}}}, "/down/for"),
+        ({"prometheus": {"monitor": {"enabled": "yes"}}}, "/prometheus/monitor/enabled"),
+    ],
+)
+def test_schema_rejects_wrong_values(values, complaint):
+    with helm_python.Chart.load(CHART) as chart:
+        with pytest.raises(helm_python.HelmValuesError, match=complaint):
+            chart.validate_schema(chart.merge_values(values))
+        # and an install refuses them the same way
+        with pytest.raises(helm_python.HelmValuesError, match=complaint):
+            chart.render(values, name="procdelta", namespace="monitoring")
+
+
+def test_every_value_is_in_the_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def missing(values: dict, node: dict, prefix: str) -> list[str]:
+        found = []
+        for key, value in values.items():
+            child = node.get("properties", {}).get(key)
+            if child is None:
+                found.append(prefix + key)
+            elif isinstance(value, dict) and "properties" in child:
+                found += missing(value, child, f"{prefix}{key}.")
+        return found
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert missing(values, schema, "") == []
+
+
+# -- what is rendered ----------------------------------------------------------------------
+
+
+def test_rendered_objects_validate_against_the_kubernetes_schema(rendering, tmp_path):
+    _, objects = rendering
+    paths = []
+    for kind, found in objects.items():
+        if kind in OPERATOR_KINDS:
+            continue
+        for index, document in enumerate(found):
+            path = tmp_path / f"{kind}-{index}.yaml"
+            path.write_text(yaml.safe_dump(document))
+            paths.append(str(path))
+    result = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version",
+         KUBERNETES_VERSION, *paths],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("passed") == len(paths), result.stdout
+
+
+def test_default_rendering_is_the_least_privileged_node_agent():
+    objects = render({})
+    assert set(objects) == {"DaemonSet", "Service", "ServiceAccount"}
+    daemonset = only(objects, "DaemonSet")
+    assert_least_privilege(daemonset)
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"procdelta:{generate.version()}"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    account = only(objects, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    service = only(objects, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert (
+        service["spec"]["selector"].items()
+        <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert daemonset["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+
+
+def test_every_rendering_keeps_the_least_privilege(rendering):
+    name, objects = rendering
+    paths = VALUES[name].get("hostPaths", {})
+    assert_least_privilege(
+        only(objects, "DaemonSet"),
+        procfs=paths.get("proc", "/proc"),
+        cgroupfs=paths.get("cgroupfs", "/sys/fs/cgroup"),
+    )
+
+
+def test_options_reach_the_pod():
+    objects = render(VALUES["options"])
+    daemonset = only(objects, "DaemonSet")
+    assert daemonset["metadata"]["name"] == "node-counters"
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == (
+        "registry.example.com/platform/procdelta:0.1.0-rc1@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    assert container["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    args = container["args"]
+    for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
+                   "--no-collector.cgroup.pressure", "--web.listen-address=:9800",
+                   "--web.config.file=/etc/procdelta/web/web.yml"):  # fmt: skip
+        assert wanted in args
+    assert args[-1] == "--no-export.interval-gauges"  # extraArgs come last: they win
+    assert "--no-collector.cgroup" not in args
+    assert {"name": "TZ", "value": "UTC"} in container["env"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9800, "protocol": "TCP"}]
+    # the Secret mounted read-only where the flag points; probes cannot pass basic auth
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/procdelta/web")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"] == {"secretName": "procdelta-web"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    assert container["resources"]["limits"]["memory"] == "192Mi"
+    monitor = only(objects, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "procdelta"
+
+
+def test_every_procdelta_flag_the_chart_passes_exists():
+    """The chart's flags against the CLI's own: a renamed flag would crash every pod."""
+    from collector.cli import cli
+
+    serve = cli.commands["serve"]
+    flags = {flag for param in serve.params for flag in param.opts + param.secondary_opts}
+    for values in VALUES.values():
+        (container,) = only(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+        assert container["args"][0] == serve.name
+        for arg in container["args"][1:]:
+            assert arg.split("=")[0] in flags, arg
+
+
+def test_monitors_select_procdeltas_service_and_pods():
+    objects = render(VALUES["all-on"])
+    service = only(objects, "Service")
+    pod_labels = only(objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    monitor, pod_monitor = only(objects, "ServiceMonitor"), only(objects, "PodMonitor")
+    for found in (monitor, pod_monitor):
+        assert found["apiVersion"] == "monitoring.coreos.com/v1"
+        assert found["metadata"]["labels"]["release"] == "kps"
+        # job="procdelta" whatever the release is called: the alerts select it
+        assert found["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "procdelta"
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["relabelings"][0] == {
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": "node",
+    }
+    assert endpoint["relabelings"][1]["targetLabel"] == "instance"
+    assert endpoint["metricRelabelings"][0]["action"] == "drop"
+    (pod_endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert pod_endpoint["port"] == "metrics"
+    policy = only(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["egress"] == []
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+
+
+def test_dashboard_configmap_is_the_dashboard():
+    config_map = only(render(VALUES["all-on"]), "ConfigMap")
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Nodes"}
+    committed = (ROOT / "grafana" / "procdelta.json").read_text()
+    assert config_map["data"]["procdelta.json"] == committed.rstrip("\n")
+    assert json.loads(config_map["data"]["procdelta.json"])["title"]
+
+
+# -- the rules -----------------------------------------------------------------------------
+
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "procdelta.rules.test.yml"
+
+
+def rule_file(values: dict, path: Path) -> Path:
+    rule = only(render({"prometheusRule": {"enabled": True, **values}}), "PrometheusRule")
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    return path
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([binary("promtool"), *args], capture_output=True, text=True)
+
+
+def test_prometheus_rule_passes_the_rule_tests(tmp_path):
+    """The chart's groups with default values, through `promtool check` and every case of
+    deploy/prometheus/procdelta.rules.test.yml."""
+    rules = rule_file({}, tmp_path / "procdelta.rules.yml")
+    result = promtool("check", "rules", str(rules))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = promtool("test", "rules", str(tmp_path / RULE_TESTS.name))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_thresholds_are_values(tmp_path):
+    """Thresholds and durations set through values change when the alerts fire: the
+    fixtures' starved pod (starvation 0.5 from the first minute) and stalled node (last
+    pass 10 minutes ago) under moved thresholds."""
+    values = {
+        "job": "procdelta-nodes",
+        "alerts": {
+            "podCPUStarved": {"starvation": 0.4, "for": "5m", "severity": "critical"},
+            "passesStalled": {"seconds": 1200},
+        },
+    }
+    rules = rule_file(values, tmp_path / "moved.rules.yml")
+    result = promtool("check", "rules", str(rules))
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases = {case["name"]: case for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]}
+    starved = cases["recording rules, per pod and per namespace"]
+    starved.pop("promql_expr_test")
+    description = (
+        "Its threads spent 50% of their runnable time waiting for a CPU over the last 5"
+        " minutes (threshold 40%, for 5m), and its own CPU quota throttled it in at most"
+        " 50% of its periods: other pods or processes contend with it for the node's CPUs."
+    )
+    starved["alert_rule_test"] = [
+        {  # fires after 5 minutes instead of 15, with the severity and threshold given
+            "alertname": "ProcdeltaPodCPUStarved",
+            "eval_time": "10m",
+            "exp_alerts": [
+                {
+                    "exp_labels": {"severity": "critical", "namespace": "shop", "pod": "a"},
+                    "exp_annotations": {
+                        "summary": "Pod shop/a is starved for CPU",
+                        "description": description,
+                    },
+                }
+            ],
+        }
+    ]
+    health = cases["collector health alerts"]
+    health["alert_rule_test"] = [
+        # stalled for 10 minutes is under the 20 minutes set
+        {"alertname": "ProcdeltaPassesStalled", "eval_time": "10m", "exp_alerts": []},
+        # up{job="procdelta"} is no longer the job the alert watches
+        {"alertname": "ProcdeltaDown", "eval_time": "10m", "exp_alerts": []},
+    ]
+    tests = tmp_path / "moved.rules.test.yml"
+    tests.write_text(
+        yaml.safe_dump(
+            {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [starved, health]}
+        )
+    )
+    result = promtool("test", "rules", str(tests))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the same cases fail against the default thresholds: the values made the difference
+    default = rule_file({}, tmp_path / "default.rules.yml")
+    tests.write_text(tests.read_text().replace(rules.name, default.name))
+    assert promtool("test", "rules", str(tests)).returncode != 0
+
+
+# -- one source of truth -------------------------------------------------------------------
+
+
+def test_derived_files_are_the_charts_rendering():
+    """deploy/*.yaml (the kustomize base), the plain rule file, Chart.yaml's version, the
+    chart's dashboard copy and its README's table of values are what deploy/generate.py
+    writes now."""
+    assert generate.stale() == [], "run `python deploy/generate.py` and commit"
+
+
+def test_kustomize_base_is_the_chart_without_helms_labels():
+    base = yaml.safe_load((ROOT / "deploy" / "daemonset.yaml").read_text())
+    rendered = only(render(generate.base_values(), namespace="procdelta"), "DaemonSet")
+    for labels in (
+        rendered["metadata"]["labels"],
+        rendered["spec"]["template"]["metadata"]["labels"],
+    ):
+        del labels["helm.sh/chart"], labels["app.kubernetes.io/managed-by"]
+    assert base == rendered
+
+
+def test_chart_version_is_the_projects():
+    with helm_python.Chart.load(CHART) as chart:
+        assert chart.version == chart.metadata["appVersion"] == generate.version()
+
+
+def test_every_value_is_documented():
+    text = (CHART / "values.yaml").read_text()
+    assert generate.undocumented(text) == []
+    readme = (CHART / "README.md").read_text()
+    for key, _ in generate.documented_values(text):
+        assert f"| `{key}` |" in readme
