@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 # procdelta: build a wheel, install it into a venv, run it from a slim image.
-#   docker build -t procdelta:0.1.0 .
+#   version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+#   docker build --build-arg VERSION="$version" -t "procdelta:$version" .
 #   docker run --rm -v /proc:/host/proc:ro --cap-drop ALL \
 #     --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH -p 9746:9746 \
-#     procdelta:0.1.0 serve --path.procfs=/host/proc
+#     "procdelta:$version" serve --path.procfs=/host/proc
 
 FROM python:3.11.14-slim-bookworm AS build
 WORKDIR /src
@@ -14,9 +15,11 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && /opt/procdelta/bin/pip install --no-cache-dir /wheels/*.whl
 
 FROM python:3.11.14-slim-bookworm
+# The project's version is pyproject.toml's; the image is labelled with what the build passes.
+ARG VERSION=unknown
 LABEL org.opencontainers.image.title="procdelta" \
       org.opencontainers.image.description="Per-pod process counters for Prometheus, with deltas taken on the node" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/procdelta /opt/procdelta
 ENV PATH="/opt/procdelta/bin:$PATH" \

@@ -28,10 +28,10 @@ from types import MappingProxyType
 import psutil
 
 from collector.cgroupfs import detect
-from collector.cli import Options, build_engine
 from collector.engine import PassResult
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
+from collector.wiring import Options, build_engine
 
 
 def _read(path: str) -> bytes:

@@ -10,45 +10,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import click
 
-from collector import __version__, sources
-from collector.aggregate import Totals
-from collector.cgroupfs import CgroupFS
+from collector import __version__
 from collector.engine import Engine, PassResult
-from collector.exposition import Shapes
-from collector.groups import Grouper, PodNames
 from collector.privileges import own_missing_capabilities
-from collector.procfs import ProcFS
-from collector.reading import Reader, boottime_ns
-from collector.tracker import Tracker
+from collector.wiring import Options, build_engine, node_sources
 
 log = logging.getLogger("procdelta")
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
-
-
-@dataclass(frozen=True)
-class Options:
-    """The options every command shares."""
-
-    procfs: str
-    pod_logs: str
-    container_logs: str
-    per_container: bool
-    pods_only: bool
-    cgroupfs: str = "/sys/fs/cgroup"
-    cgroup: bool = True  # read each group's own cgroup (SPEC §7)
-    pressure: bool = True  # and its PSI files, where the node has them
-    interval_gauges: bool = True  # export procdelta_interval_<field>
-    totals: bool = True  # export procdelta_<field>_total
-    skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
-
-    @property
-    def shapes(self) -> Shapes:
-        return Shapes(self.interval_gauges, self.totals, self.cgroup)
 
 
 def _env(option: str) -> str:
@@ -206,32 +178,6 @@ def _positive_interval(_ctx, _param, value: float) -> float:
     if not value > 0:
         raise click.BadParameter(f"must be > 0 seconds, got {value:g}")
     return value
-
-
-def build_engine(
-    options: Options, clock: Callable[[], int] = boottime_ns, hz: int | None = None
-) -> Engine:
-    """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine, and
-    CgroupFS beside them unless the cgroup fields are off."""
-    reader = Reader(ProcFS(options.procfs), clock=clock)
-    tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
-    names = PodNames(options.pod_logs, options.container_logs)
-    grouper = Grouper(names, per_container=options.per_container, pods_only=options.pods_only)
-    cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
-    return Engine(
-        reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
-    )
-
-
-def node_sources(options: Options, engine: Engine) -> dict[str, bool]:
-    """What the node provides (collector/sources.py), each missing one said once."""
-    found = sources.probe_procfs(options.procfs)
-    if engine.cgroupfs is not None:
-        found |= sources.probe_cgroups(engine.cgroupfs.hierarchies)
-        if not options.pressure:
-            del found["psi"]
-    sources.log_missing(found, options.procfs, options.cgroupfs if options.cgroup else None)
-    return found
 
 
 def run_once(
@@ -423,7 +369,13 @@ def serve(
 @click.option("--quick", is_flag=True, help="Only the N=200 tables; no RSS run.")
 def bench(rounds: int, pause: float, quick: bool) -> None:
     """Measure a pass against the naive floor on synthetic process tables (needs root)."""
-    from collector import bench as benchmark
+    try:
+        from collector import bench as benchmark
+    except ModuleNotFoundError as error:  # the bench extra is not installed
+        raise click.ClickException(
+            f"bench needs {error.name}, which the collector does not: "
+            "pip install 'procdelta[bench]'"
+        ) from None
 
     benchmark.run(rounds, pause, quick, click.echo)
 

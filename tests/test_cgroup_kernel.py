@@ -26,11 +26,11 @@ from typing import TypeVar
 
 import pytest
 
-from collector.cli import Options, build_engine
 from collector.engine import Engine, PassResult
 from collector.exporter import PassLoop
 from collector.model import CgroupFields, Fields
 from collector.parse import parse_flat_keyed, parse_pressure
+from collector.wiring import Options, build_engine
 from tests.cgroups import Workload, cgroups, enter, hierarchy
 
 pytestmark = pytest.mark.kernel

@@ -183,7 +183,7 @@ def test_options_reach_the_pod():
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == (
-        "registry.example.com/platform/procdelta:0.1.0-rc1@sha256:"
+        "registry.example.com/platform/procdelta:edge@sha256:"
         "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
     )
     assert container["imagePullPolicy"] == "Always"

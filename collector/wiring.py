@@ -1,0 +1,67 @@
+"""How the layers are put together for a run: the options every command shares, and the
+engine they configure. The commands (collector/cli.py) and the benchmark
+(collector/bench.py) both build their engines here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from collector import sources
+from collector.aggregate import Totals
+from collector.cgroupfs import CgroupFS
+from collector.engine import Engine
+from collector.exposition import Shapes
+from collector.groups import Grouper, PodNames
+from collector.procfs import ProcFS
+from collector.reading import Reader, boottime_ns
+from collector.tracker import Tracker
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options every command shares."""
+
+    procfs: str
+    pod_logs: str
+    container_logs: str
+    per_container: bool
+    pods_only: bool
+    cgroupfs: str = "/sys/fs/cgroup"
+    cgroup: bool = True  # read each group's own cgroup (SPEC §7)
+    pressure: bool = True  # and its PSI files, where the node has them
+    interval_gauges: bool = True  # export procdelta_interval_<field>
+    totals: bool = True  # export procdelta_<field>_total
+    skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
+
+    @property
+    def shapes(self) -> Shapes:
+        return Shapes(self.interval_gauges, self.totals, self.cgroup)
+
+
+def build_engine(
+    options: Options, clock: Callable[[], int] = boottime_ns, hz: int | None = None
+) -> Engine:
+    """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine, and
+    CgroupFS beside them unless the cgroup fields are off."""
+    reader = Reader(ProcFS(options.procfs), clock=clock)
+    tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
+    names = PodNames(options.pod_logs, options.container_logs)
+    grouper = Grouper(names, per_container=options.per_container, pods_only=options.pods_only)
+    cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
+    return Engine(
+        reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
+    )
+
+
+def node_sources(options: Options, engine: Engine) -> dict[str, bool]:
+    """What the node provides (collector/sources.py), each missing one said once."""
+    found = sources.probe_procfs(options.procfs)
+    if engine.cgroupfs is not None:
+        found |= sources.probe_cgroups(engine.cgroupfs.hierarchies)
+        if not options.pressure:
+            del found["psi"]
+    sources.log_missing(found, options.procfs, options.cgroupfs if options.cgroup else None)
+    return found

@@ -1,0 +1,97 @@
+"""The package's shape: no import circle, the benchmark out of the collector's import
+graph, one version."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGE = ROOT / "collector"
+# Files that spell the version because a tool reads them, each written from pyproject.toml
+# by deploy/generate.py (tests/test_helm.py fails when one is stale).
+GENERATED_WITH_VERSION = {
+    "deploy/helm/procdelta/Chart.yaml",
+    *(f"deploy/{name}" for name in ("daemonset.yaml", "service.yaml", "serviceaccount.yaml",
+                                    "servicemonitor.yaml", "prometheusrule.yaml")),
+}  # fmt: skip
+
+
+def imports() -> dict[str, set[str]]:
+    """collector module → the collector modules it imports, anywhere in its body."""
+    graph = {}
+    for path in PACKAGE.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "collector":
+                found |= {
+                    alias.name for alias in node.names if (PACKAGE / f"{alias.name}.py").exists()
+                }
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("collector."):
+                found.add(node.module.removeprefix("collector."))
+            elif isinstance(node, ast.Import):
+                found |= {
+                    a.name.removeprefix("collector.")
+                    for a in node.names
+                    if a.name.startswith("collector.")
+                }
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_no_module_imports_itself_back():
+    graph = imports()
+    assert graph["bench"] and graph["cli"]  # the walk sees imports at all
+
+    def cycle_from(start: str, node: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        for child in sorted(graph.get(node, ())):
+            if child == start:
+                return (*seen, child)
+            if child not in seen:
+                found = cycle_from(start, child, (*seen, child))
+                if found:
+                    return found
+        return None
+
+    cycles = [cycle_from(name, name, (name,)) for name in sorted(graph)]
+    assert [c for c in cycles if c] == []
+
+
+def test_the_collector_never_loads_the_benchmark_or_psutil():
+    """What `serve` and `once` import, in a fresh interpreter with psutil hidden."""
+    code = (
+        "import sys; sys.modules['psutil'] = None\n"
+        "import collector.cli, collector.exporter, collector.output, collector.webconfig\n"
+        "print(sorted({'collector.bench', 'collector.synthetic'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_bench_without_psutil_says_which_extra_in_one_line():
+    code = (
+        "import sys; sys.modules['psutil'] = None\n"
+        "from collector.cli import main\n"
+        "main(['bench', '--quick'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "procdelta[bench]" in result.stderr and "psutil" in result.stderr
+
+
+def test_the_version_is_spelled_once():
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    tracked = subprocess.run(
+        ["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.split()
+    spelled = {
+        name
+        for name in tracked
+        if (ROOT / name).is_file() and version in (ROOT / name).read_text(errors="replace")
+    }
+    assert spelled == {"pyproject.toml", *GENERATED_WITH_VERSION}
