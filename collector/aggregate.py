@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from collector.groups import CgroupDirs, Group, Grouper, classify
+from collector.groups import CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_FIELD_NAMES,
     COUNTER_FIELD_NAMES,
@@ -61,7 +61,7 @@ def group_pass(
         if footprint is None:
             footprint = sums[group] = FootprintSums()
             if group.kind == "cgroup":
-                dirs[group] = classify(seen.cgroup).dirs
+                dirs[group] = grouper.dirs_of(seen.cgroup)
         footprint.processes += 1
         footprint.threads += seen.threads
         footprint.rss_bytes += seen.rss_bytes

@@ -71,7 +71,7 @@ class PassResult:
 
 
 @contextlib.contextmanager
-def _collector_held():
+def _cyclic_gc_paused():
     """The cyclic garbage collector off for the span of a pass.
 
     A pass makes tens of thousands of short-lived tuples, freed by reference counting;
@@ -116,7 +116,6 @@ class Engine:
         self.wall_clock = wall_clock
         self.timer = timer
         self.passes = 0
-        self._previous_listing_ns: int | None = None
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -124,11 +123,12 @@ class Engine:
         (`reading.in_quiet_cgroup`); then the processes; then the cgroups of non-pod
         groups seen for the first time; the guards; the sums."""
         began = self.timer()
-        with _collector_held():
+        with _cyclic_gc_paused():
             self.grouper.refresh()
             early = self._read_cgroups(self._known_cgroups())
             readings = self.reader.read_pass(self._quiet(early) if self.skip_quiet else None)
-            advance = self.tracker.advance(readings.readings, readings.listed_at_ns)
+            previous_listing_ns = self.tracker.previous_listing_ns
+            advance = self.tracker.advance(readings.processes, readings.listed_at_ns)
             grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
@@ -142,12 +142,13 @@ class Engine:
             log.debug("cgroup file malformed for pids %s", sorted(grouped.malformed_pids))
 
         self.passes += 1
-        previous, self._previous_listing_ns = self._previous_listing_ns, readings.listed_at_ns
         refused = cgroups.advance.refused
         return PassResult(
             number=self.passes,
             listed_at_ns=readings.listed_at_ns,
-            interval_ns=None if previous is None else readings.listed_at_ns - previous,
+            interval_ns=None
+            if previous_listing_ns is None
+            else readings.listed_at_ns - previous_listing_ns,
             duration_seconds=self.timer() - began,
             finished_at=self.wall_clock(),
             intervals=MappingProxyType(grouped.intervals),

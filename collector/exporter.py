@@ -72,7 +72,7 @@ def _gzip(data: bytes, level: int = 1) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class _Data:
+class _LastGoodPass:
     """The per-group part of the last good pass, kept to re-render after a failed one."""
 
     intervals: Mapping[Group, Fields] = field(default_factory=dict)
@@ -103,7 +103,7 @@ class PassLoop:
             dropped_cgroups={} if collects_cgroups and self.shapes.cgroup else None,
             sources=MappingProxyType(dict(sources)) if sources is not None else None,
         )
-        self._data = _Data()
+        self._data = _LastGoodPass()
         self._dropped: Counter[str] = Counter()
         self._dropped_threads: Counter[str] = Counter()
         self._dropped_cgroups: Counter[str] = Counter()
@@ -161,7 +161,7 @@ class PassLoop:
             tracked_processes=result.tracked_processes,
             tracked_threads=result.tracked_threads,
         )
-        self._data = _Data(
+        self._data = _LastGoodPass(
             result.intervals, result.totals, result.footprints, result.cgroup_intervals
         )
         self._publish(self._render(completed_at=self.monotonic()))

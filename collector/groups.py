@@ -7,12 +7,12 @@ kubelet writes under `/var/log/pods` and `/var/log/containers`; no API access is
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from collector.model import CgroupLine
@@ -33,10 +33,6 @@ _POD_SEGMENT = re.compile(
 _CONTAINER_SEGMENT = re.compile(
     r"^(?:(?P<runtime>[a-z][a-z-]*?)-)?(?P<cid>[0-9a-f]{12,})(?:\.scope)?$"
 )
-_QOS_SEGMENTS = {
-    "burstable": "burstable",
-    "besteffort": "besteffort",
-}
 _CONMON_RUNTIMES = frozenset({"crio-conmon"})
 
 
@@ -74,11 +70,14 @@ def strip_namespace_prefix(path: str) -> str:
     return path
 
 
-_CONMON = "conmon"  # what `_pod_or_conmon` says of a path into a pod's conmon scope
+class _Conmon(enum.Enum):
+    """What `_pod_or_conmon` says of a path into a pod's conmon scope."""
+
+    SCOPE = "conmon"
 
 
-def _pod_or_conmon(path: str) -> PodRef | str | None:
-    """The pod of a path, `_CONMON` for the runtime's monitor in a pod, or None."""
+def _pod_or_conmon(path: str) -> PodRef | _Conmon | None:
+    """The pod of a path, `_Conmon.SCOPE` for the runtime's monitor in a pod, or None."""
     segments = [s for s in strip_namespace_prefix(path).split("/") if s]
     for index, segment in enumerate(segments):
         match = _POD_SEGMENT.match(segment)
@@ -88,14 +87,14 @@ def _pod_or_conmon(path: str) -> PodRef | str | None:
         qos = _qos(segments[:index], match)
         if match["cid"] is not None:
             if match["runtime"] in _CONMON_RUNTIMES:
-                return _CONMON
+                return _Conmon.SCOPE
             return PodRef(uid, qos, match["cid"])
         container_id = ""
         if index + 1 < len(segments):
             container = _CONTAINER_SEGMENT.match(segments[index + 1])
             if container is not None:
                 if container["runtime"] in _CONMON_RUNTIMES:
-                    return _CONMON
+                    return _Conmon.SCOPE
                 container_id = container["cid"]
         return PodRef(uid, qos, container_id)
     return None
@@ -141,8 +140,8 @@ def _qos(parents: list[str], match: re.Match[str]) -> str:
     # cgroupfs driver: the parent directory names the class, or is kubepods itself.
     if parents:
         parent = parents[-1]
-        if parent in _QOS_SEGMENTS:
-            return _QOS_SEGMENTS[parent]
+        if parent in _QOS_DIR:
+            return parent
         if parent == "kubepods" or parent.endswith("kubepods"):
             return "guaranteed"
     return ""
@@ -212,7 +211,6 @@ def cgroup_dirs(lines: tuple[CgroupLine, ...], label: str) -> CgroupDirs:
     return tuple(sorted(set(dirs), key=lambda d: HIERARCHY_ORDER.index(d[0])))
 
 
-@lru_cache(maxsize=8192)
 def classify(cgroup_text: bytes) -> Classified:
     """The group of a process from the bytes of its `/proc/<pid>/cgroup`.
 
@@ -223,10 +221,10 @@ def classify(cgroup_text: bytes) -> Classified:
     ordered = sorted(lines, key=lambda line: (not _is_v2(line), "cpu" not in line.controllers))
     for line in ordered:
         pod = _pod_or_conmon(line.path)
-        if pod is _CONMON:
+        if pod is _Conmon.SCOPE:
             break  # the runtime's own process: no other hierarchy makes it a pod's
         if pod is not None:
-            return Classified(pod, "")  # type: ignore[arg-type]
+            return Classified(pod, "")
     label = group_path(lines)
     return Classified(None, label, cgroup_dirs(lines, label))
 
@@ -319,7 +317,8 @@ class Grouper:
         self.names = names
         self.per_container = per_container
         self.pods_only = pods_only
-        self._groups: dict[bytes, Group | None] = {}
+        # by the bytes of a cgroup file: its group and its own cgroup's directories
+        self._groups: dict[bytes, tuple[Group | None, CgroupDirs]] = {}
         self._qos: dict[str, str] = {}  # by pod UID, from the pod's cgroup directory
 
     def refresh(self) -> None:
@@ -343,16 +342,27 @@ class Grouper:
     def group_of(self, cgroup_text: bytes) -> Group | None:
         """The group, or None when `--pods-only` drops it. Raises Malformed on bad text."""
         try:
-            return self._groups[cgroup_text]
+            return self._groups[cgroup_text][0]
         except KeyError:
-            pass
+            return self._classify(cgroup_text)[0]
+
+    def dirs_of(self, cgroup_text: bytes) -> CgroupDirs:
+        """Where the own cgroup of a non-pod group is (`Classified.dirs`); () for a pod's
+        process. Raises Malformed on bad text."""
+        try:
+            return self._groups[cgroup_text][1]
+        except KeyError:
+            return self._classify(cgroup_text)[1]
+
+    def _classify(self, cgroup_text: bytes) -> tuple[Group | None, CgroupDirs]:
+        """Classify once per distinct cgroup file (processes of a group share its bytes)."""
         if len(self._groups) > 65536:
             self._groups.clear()
-        group = self._groups[cgroup_text] = self._group_of(cgroup_text)
-        return group
-
-    def _group_of(self, cgroup_text: bytes) -> Group | None:
         classified = classify(cgroup_text)
+        found = self._groups[cgroup_text] = (self._group_of(classified), classified.dirs)
+        return found
+
+    def _group_of(self, classified: Classified) -> Group | None:
         pod = classified.pod
         if pod is None:
             if self.pods_only:

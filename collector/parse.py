@@ -16,6 +16,7 @@ from collector.model import (
     SchedStat,
     Stat,
     Switches,
+    build,
 )
 
 # Field N of proc(5)'s stat list sits at index N - 3 once the line is cut after `comm`.
@@ -31,10 +32,6 @@ _PSI_AVERAGES = rb" avg10=\d+\.\d\d avg60=\d+\.\d\d avg300=\d+\.\d\d total="
 _PRESSURE = re.compile(
     rb"some" + _PSI_AVERAGES + rb"(\d+)\n(?:full" + _PSI_AVERAGES + rb"(\d+)\n)?"
 )
-
-# Readings are built with tuple.__new__, not through the NamedTuple's Python-level
-# __new__: the same object, at a fraction of the cost, on a path run per thread per pass.
-_new = tuple.__new__
 
 
 def _natural(token: bytes, what: str, text: bytes) -> int:
@@ -72,7 +69,7 @@ def parse_stat(data: bytes) -> Stat:
         and rss.isdigit()
     ):
         raise Malformed("stat", data)
-    return _new(Stat, (
+    return build(Stat, (
         int(pid),
         data[open_paren + 1 : close_paren].decode("utf-8", "backslashreplace"),
         rest[0].decode("ascii", "replace"),
@@ -100,7 +97,7 @@ def parse_schedstat(data: bytes) -> SchedStat:
     if len(parts) == 3:
         on_cpu, run_delay, timeslices = parts
         if (on_cpu + run_delay + timeslices).isdigit():  # one check for the three
-            return _new(SchedStat, (int(on_cpu), int(run_delay), int(timeslices)))
+            return build(SchedStat, (int(on_cpu), int(run_delay), int(timeslices)))
     raise Malformed("schedstat", data)
 
 
@@ -124,7 +121,7 @@ def parse_status_switches(data: bytes) -> Switches:
     """The two context-switch lines of `status`; every other line is ignored."""
     match = _SWITCHES.search(data, len(data) - _SWITCHES_SPAN)
     if match is not None:
-        return _new(Switches, (int(match[1]), int(match[2])))
+        return build(Switches, (int(match[1]), int(match[2])))
     return Switches(
         _line_value(data, b"\nvoluntary_ctxt_switches:", "status"),
         _line_value(data, b"\nnonvoluntary_ctxt_switches:", "status"),
@@ -135,7 +132,7 @@ def parse_io(data: bytes) -> IOBytes:
     """`read_bytes` and `write_bytes` of `io`: storage traffic, not `rchar`/`wchar`."""
     match = _IO.search(data)
     if match is not None:
-        return _new(IOBytes, (int(match[1]), int(match[2])))
+        return build(IOBytes, (int(match[1]), int(match[2])))
     return IOBytes(
         _line_value(data, b"\nread_bytes:", "io"),
         _line_value(data, b"\nwrite_bytes:", "io"),
@@ -201,7 +198,7 @@ def parse_pressure(data: bytes, what: str = "pressure") -> Pressure:
     match = _PRESSURE.fullmatch(data)
     if match is not None:
         full = match[2]
-        return _new(Pressure, (int(match[1]), None if full is None else int(full)))
+        return build(Pressure, (int(match[1]), None if full is None else int(full)))
     totals: dict[bytes, int] = {}
     for line in data.splitlines():
         parts = line.split()

@@ -23,6 +23,7 @@ from collector.model import (
     ProcessReading,
     Stat,
     ThreadReading,
+    build,
 )
 from collector.parse import (
     parse_io,
@@ -57,7 +58,7 @@ class PassReadings:
     """Everything one pass read. `listed_at_ns` is the instant the pass began listing."""
 
     listed_at_ns: int
-    readings: tuple[ProcessReading, ...]
+    processes: tuple[ProcessReading, ...]
     footprints: tuple[Footprint, ...]
     vanished: int
     unreadable: int
@@ -104,7 +105,6 @@ class Unreadable(ProcError):
         self.cause = cause
 
 
-_new = tuple.__new__
 _LEADER = -1  # the inode stand-in of a leader known by its process's start time
 
 CGROUP_REVALIDATE_PASSES = 8
@@ -219,13 +219,13 @@ class Reader:
             readings.append(reading)
             current[pid] = seen
             footprints.append(
-                _new(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
+                build(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
             )
         self._previous = current
         carried, self._carried = self._carried, 0
         return PassReadings(
             listed_at_ns=listed_at,
-            readings=tuple(readings),
+            processes=tuple(readings),
             footprints=tuple(footprints),
             vanished=vanished,
             unreadable=unreadable,
@@ -291,12 +291,12 @@ class Reader:
             raise Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
         if not threads:
             raise ProcessGone(f"pid {pid}: every thread exited mid-read")
-        reading = _new(
+        reading = build(
             ProcessReading,
             (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
              stat.major_faults, rss_bytes, cgroup, tuple(threads)),
         )  # fmt: skip
-        return _new(_Seen, (ino, reading, memo, ran, io_totals))
+        return build(_Seen, (ino, reading, memo, ran, io_totals))
 
     def _read_quiet(self, pid: int, previous: _Seen, early: _Early) -> _Seen | None:
         """The last pass's reading at a new instant if the process has not run since
@@ -348,22 +348,22 @@ class Reader:
             or stat.num_threads != len(last.threads)
         ):
             return None
-        reading = _new(
+        reading = build(
             ProcessReading,
             (pid, stat.comm, last.start_ticks, at_ns, last.utime_ticks, last.stime_ticks,
              last.major_faults, stat.rss_pages * self.page_size, last.cgroup, last.threads),
         )  # fmt: skip
-        return _new(_Seen, (previous.ino, reading, previous.threads, 0, None))
+        return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     def _carry(self, pid: int, previous: _Seen) -> _Seen:
         """The last pass's reading of a process that has not run since, at a new instant."""
         last = previous.reading
-        reading = _new(
+        reading = build(
             ProcessReading,
             (pid, last.comm, last.start_ticks, self.clock(), last.utime_ticks,
              last.stime_ticks, last.major_faults, last.rss_bytes, last.cgroup, last.threads),
         )  # fmt: skip
-        return _new(_Seen, (previous.ino, reading, previous.threads, 0, None))
+        return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     def _read_threads(
         self, pid: int, stat: Stat, previous: _Seen | None, early: _Early
@@ -455,8 +455,7 @@ class Reader:
                         read_bytes, write_bytes = before.read_bytes, before.write_bytes
                     else:
                         read_bytes, write_bytes = parse_io(read(base + b"io"))
-                # tuple.__new__ builds the NamedTuple without its Python-level __new__.
-                reading = _new(
+                reading = build(
                     ThreadReading,
                     (tid, start, on_cpu, run_delay, timeslices, voluntary, nonvoluntary,
                      read_bytes, write_bytes),
@@ -465,5 +464,5 @@ class Reader:
                 continue  # a thread that exits mid-read is simply not seen this pass
             threads.append(reading)
             if keep:
-                memo.append(_new(_ThreadSeen, (tid, ino, raw, reading)))
+                memo.append(build(_ThreadSeen, (tid, ino, raw, reading)))
         return threads, memo, ran, io_totals

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
+from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 
 
 class ProcessDelta(NamedTuple):
@@ -31,8 +31,6 @@ class Advance:
     refused: Counter[str] = field(default_factory=Counter)
     threads_refused: Counter[str] = field(default_factory=Counter)
 
-
-_new = tuple.__new__
 
 _ThreadSums = tuple[int, int, int, int, int, int]
 """Σ over a process's threads: on-CPU, run delay, (non)voluntary switches, read, write."""
@@ -58,6 +56,11 @@ class Tracker:
         self.hz = hz
         self._cache: dict[int, ProcessReading] = {}  # its threads are the thread cache
         self._previous_listing_ns: int | None = None
+
+    @property
+    def previous_listing_ns(self) -> int | None:
+        """When the last pass it guarded began listing `/proc` (None before the first)."""
+        return self._previous_listing_ns
 
     @property
     def tracked_processes(self) -> int:
@@ -119,7 +122,7 @@ class Tracker:
                 1, observed, on_cpu, delay, ticks_to_ns(user, hz), ticks_to_ns(system, hz),
                 faults, voluntary, nonvoluntary, read_bytes, write_bytes,
             )  # fmt: skip
-            result.deltas.append(_new(ProcessDelta, (reading, fields, born)))
+            result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
         self._cache = cache

@@ -172,7 +172,7 @@ def test_a_pass_over_random_files_never_raises(contents, keep):
         reader = Reader(ProcFS(root), clock=lambda: 10**12, page_size=4096)
         for _ in range(2):
             readings = reader.read_pass()
-            assert len(readings.readings) + readings.vanished + readings.unreadable == 2
+            assert len(readings.processes) + readings.vanished + readings.unreadable == 2
     finally:
         shutil.rmtree(root)
 

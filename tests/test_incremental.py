@@ -77,14 +77,14 @@ def test_fixture_tree_changed_in_place(tmp_path):
     def step(listed_at: int) -> set[int]:
         """One pass of both readers; the PIDs read whole."""
         a, b = full.read_pass(), fast.read_pass()
-        assert comparable(a.readings) == comparable(b.readings)
+        assert comparable(a.processes) == comparable(b.processes)
         deltas = [
-            t.advance(r.readings, listed_at).deltas for t, r in zip(tracks, (a, b), strict=True)
+            t.advance(r.processes, listed_at).deltas for t, r in zip(tracks, (a, b), strict=True)
         ]
         assert [(d.reading.pid, d.fields) for d in deltas[0]] == [
             (d.reading.pid, d.fields) for d in deltas[1]
         ]
-        return {r.pid for r in a.readings}
+        return {r.pid for r in a.processes}
 
     step(1000 * SEC)
     first = dict(fast_fs.reads)
@@ -198,8 +198,8 @@ def test_live_workload_frozen_between_reads(tmp_path):
                 a, b = full.read_pass(), fast.read_pass()
             finally:
                 freeze(sandbox, False)
-            ours_full = {p: r for p, r in comparable(a.readings).items() if p in pids}
-            ours_fast = {p: r for p, r in comparable(b.readings).items() if p in pids}
+            ours_full = {p: r for p, r in comparable(a.processes).items() if p in pids}
+            ours_fast = {p: r for p, r in comparable(b.processes).items() if p in pids}
             for ours in (ours_full, ours_fast):  # not frozen: reclaim may shrink its RSS,
                 if asleep.pid in ours:  # which a quiet process's reading keeps 8 passes
                     ours[asleep.pid] = ours[asleep.pid]._replace(rss_bytes=0)
@@ -282,10 +282,10 @@ def test_live_pods_an_idle_one_is_not_read_and_all_are_identical_to_a_full_read(
                 freeze(busy, False)
             everyone = pids["idle"] | pids["busy"] | pids["once"]
             ours_fast = {
-                p: r for p, r in comparable(captured["fast"][-1].readings).items() if p in everyone
+                p: r for p, r in comparable(captured["fast"][-1].processes).items() if p in everyone
             }
             ours_full = {
-                p: r for p, r in comparable(captured["full"][-1].readings).items() if p in everyone
+                p: r for p, r in comparable(captured["full"][-1].processes).items() if p in everyone
             }
             for ours in (ours_fast, ours_full):  # unfrozen and asleep: reclaim may shrink their
                 for pid in pids["idle"] | pids["once"]:  # RSS, kept up to 8 passes when carried

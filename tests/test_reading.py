@@ -28,7 +28,7 @@ def test_a_thread_that_vanishes_mid_read_is_not_seen_but_its_process_counts(tree
     (tree / "200" / "task" / "201" / "io").unlink()
     shutil.rmtree(tree / "1100" / "task" / "1101")
     readings = reader(tree).read_pass()
-    by_pid = {r.pid: r for r in readings.readings}
+    by_pid = {r.pid: r for r in readings.processes}
     assert [t.tid for t in by_pid[200].threads] == [200]
     assert [t.tid for t in by_pid[1100].threads] == [1100]
     assert readings.vanished == 0
@@ -40,7 +40,7 @@ def test_a_process_that_vanishes_mid_read_is_counted_as_vanished(tree):
     (tree / "900" / "stat").unlink()  # gone between the listing and the first read
     readings = reader(tree).read_pass()
     assert readings.vanished == 3
-    assert {300, 100, 900}.isdisjoint(r.pid for r in readings.readings)
+    assert {300, 100, 900}.isdisjoint(r.pid for r in readings.processes)
     assert readings.unreadable == 0
 
 
@@ -48,7 +48,7 @@ def test_every_thread_gone_means_the_process_is_gone(tree):
     for task in (tree / "200" / "task").iterdir():
         (task / "schedstat").unlink()
     readings = reader(tree).read_pass()
-    assert 200 not in {r.pid for r in readings.readings}
+    assert 200 not in {r.pid for r in readings.processes}
     assert readings.vanished == 1
 
 
@@ -65,11 +65,11 @@ class DeniedIO(ProcFS):
 def test_an_unreadable_process_keeps_its_footprint_and_is_counted(tree):
     readings = reader(tree, DeniedIO).read_pass()
     assert readings.unreadable == readings.denied == 2
-    assert {200, 300}.isdisjoint(r.pid for r in readings.readings)
+    assert {200, 300}.isdisjoint(r.pid for r in readings.processes)
     footprint = {f.pid: f for f in readings.footprints}
     assert footprint[200].threads == 2
     assert footprint[200].rss_bytes == 5000 * 4096
-    assert len(readings.readings) == 10  # the twelve of pass1 but these two
+    assert len(readings.processes) == 10  # the twelve of pass1 but these two
 
 
 def test_malformed_files_are_unreadable_without_footprint_when_stat_is_bad(tree):

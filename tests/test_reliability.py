@@ -61,7 +61,7 @@ def test_a_reused_pid_never_mixes_two_processes():
     try:
         time.sleep(1.5)  # the old process accrues CPU time the new one must not inherit
         first = reader.read_pass()
-        tracker.advance(first.readings, first.listed_at_ns)
+        tracker.advance(first.processes, first.listed_at_ns)
         pid = old.pid
         # Start times have a tick's resolution (10 ms): let the new process start ticks
         # after this pass began listing, so that its birth is provable.
@@ -69,16 +69,16 @@ def test_a_reused_pid_never_mixes_two_processes():
     finally:
         old.kill()
         old.wait()
-    (old_reading,) = [r for r in first.readings if r.pid == pid]
+    (old_reading,) = [r for r in first.processes if r.pid == pid]
     new = spawn_at_pid(pid, 30)
     try:
         time.sleep(0.3)
         second = reader.read_pass()
-        advance = tracker.advance(second.readings, second.listed_at_ns)
+        advance = tracker.advance(second.processes, second.listed_at_ns)
     finally:
         new.kill()
         new.wait()
-    (new_reading,) = [r for r in second.readings if r.pid == pid]
+    (new_reading,) = [r for r in second.processes if r.pid == pid]
     assert new_reading.start_ticks != old_reading.start_ticks
     deltas = [d for d in advance.deltas if d.reading.pid == pid]
     # Born after the previous pass began listing: its whole counters are its own first

@@ -1,0 +1,75 @@
+"""The field order of every NamedTuple (and of `Fields`), pinned.
+
+The hot path builds readings with `model.build` (tuple.__new__) and unpacks them by
+position: reordering or inserting a field in collector/ would silently swap two integers
+there. This table makes it a failing test instead; change it together with every
+positional build and unpacking of that type (grep `build(<Type>` and the unpackings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+
+import collector
+from collector.model import Fields
+
+PINNED = {
+    "collector.cgroupfs.Location": ("hierarchy", "path", "inode", "subtree"),
+    "collector.groups.Group": ("kind", "labels"),
+    "collector.model.Bandwidth": ("path", "inode", "periods", "throttled_periods", "throttled_ns"),
+    "collector.model.CgroupLine": ("hierarchy", "controllers", "path"),
+    "collector.model.CgroupReading": ("identity", "usage_ns", "pressure", "bandwidth"),
+    "collector.model.IOBytes": ("read_bytes", "write_bytes"),
+    "collector.model.Pressure": ("some_us", "full_us"),
+    "collector.model.ProcessReading": (
+        "pid", "comm", "start_ticks", "at_ns", "utime_ticks", "stime_ticks", "major_faults",
+        "rss_bytes", "cgroup", "threads",
+    ),
+    "collector.model.SchedStat": ("on_cpu_ns", "run_delay_ns", "timeslices"),
+    "collector.model.Stat": (
+        "pid", "comm", "state", "num_threads", "start_ticks", "utime_ticks", "stime_ticks",
+        "major_faults", "rss_pages",
+    ),
+    "collector.model.Switches": ("voluntary", "nonvoluntary"),
+    "collector.model.ThreadReading": (
+        "tid", "start_ticks", "on_cpu_ns", "run_delay_ns", "timeslices", "voluntary_switches",
+        "nonvoluntary_switches", "read_bytes", "write_bytes",
+    ),
+    "collector.reading.Footprint": ("pid", "cgroup", "threads", "rss_bytes"),
+    "collector.reading._Seen": ("ino", "reading", "threads", "ran", "io_totals"),
+    "collector.reading._ThreadSeen": ("tid", "ino", "schedstat", "reading"),
+    "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
+}  # fmt: skip
+# Fields is built positionally once per contributing process (collector/tracker.py).
+FIELDS_ORDER = (
+    "processes", "observed_nanos", "on_cpu_nanos", "run_delay_nanos", "cpu_user_nanos",
+    "cpu_system_nanos", "major_faults", "voluntary_switches", "nonvoluntary_switches",
+    "read_bytes", "write_bytes",
+)  # fmt: skip
+
+
+def named_tuples() -> dict[str, tuple[str, ...]]:
+    found = {}
+    for module_info in pkgutil.iter_modules(collector.__path__):
+        if module_info.name in ("__main__", "bench"):
+            continue
+        module = importlib.import_module(f"collector.{module_info.name}")
+        for name, value in vars(module).items():
+            if (
+                isinstance(value, type)
+                and issubclass(value, tuple)
+                and hasattr(value, "_fields")
+                and value.__module__ == module.__name__
+            ):
+                found[f"{module.__name__}.{name}"] = value._fields
+    return found
+
+
+def test_every_named_tuple_keeps_its_field_order():
+    assert named_tuples() == PINNED
+
+
+def test_fields_keeps_its_field_order():
+    assert tuple(f.name for f in dataclasses.fields(Fields)) == FIELDS_ORDER
