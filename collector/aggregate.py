@@ -41,7 +41,7 @@ def group_pass(
 
     Every process read whole has a footprint, so its group is found once, there. A process
     whose cgroup file does not parse is left out of both and reported. For a non-pod group,
-    the directories of its own cgroup are taken from its first process (SPEC §7).
+    the directories of its own cgroup are taken from its first process (docs/reference.md §7).
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
@@ -78,7 +78,7 @@ def group_pass(
 
 class Totals:
     """The guarded deltas accumulated per group since start, for `_total` counters: the
-    process fields (SPEC §3) and the cgroup fields (SPEC §7) a group has had.
+    process fields (docs/reference.md §3) and the cgroup fields (§7) a group has had.
 
     A group's totals are forgotten `forget_after` passes after the last pass that saw it
     (a process of its, or its cgroup), so the series of a deleted pod go away.

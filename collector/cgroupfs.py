@@ -1,4 +1,4 @@
-"""CgroupFS: the one object that touches the cgroup filesystem (SPEC §7).
+"""CgroupFS: the one object that touches the cgroup filesystem (docs/reference.md §7).
 
 It finds the hierarchies under `--path.cgroupfs` by what they hold (the host's
 `/sys/fs/cgroup`, mounted read-only in a container, or a fixture tree of plain files),
@@ -115,7 +115,7 @@ def _readable(path: bytes) -> bool:
 class Location(NamedTuple):
     """One of a group's directories: its hierarchy, its path from the hierarchy's root,
     its inode (None until it is looked up), and whether its bandwidth counters are summed
-    over the cgroups below it (a pod's or a container's: SPEC §7)."""
+    over the cgroups below it (a pod's or a container's: docs/reference.md §7)."""
 
     hierarchy: str
     path: bytes

@@ -1,4 +1,5 @@
-"""The guard of the groups' cgroup counters (SPEC §7): readings in, deltas and refusals out.
+"""The guard of the groups' cgroup counters (docs/reference.md §7): readings in, deltas
+and refusals out.
 
 Pure, like the process guard (collector/tracker.py): no I/O, no clock. A group's cgroup
 is identified by the inodes of its directories (a cgroup removed and made again under

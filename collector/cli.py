@@ -36,7 +36,7 @@ def _option(flag: str, name: str, **kwargs):
 
 
 def shared_options(command: Callable) -> Callable:
-    """The options of SPEC §6 that every command takes, folded into one `Options`."""
+    """The options of docs/reference.md §6 that every command takes, folded into one `Options`."""
 
     @_option(
         "--path.procfs",

@@ -47,7 +47,7 @@ class PassResult:
     tracked_processes: int
     tracked_threads: int
     denied: int
-    # SPEC §7: each group's own cgroup, beside the process sums (empty when not read)
+    # docs/reference.md §7: each group's own cgroup, beside the process sums (empty when not read)
     cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
     dropped_cgroups: Mapping[str, int] = field(default_factory=dict)
     tracked_cgroups: int = 0

@@ -1,7 +1,8 @@
-"""The `/metrics` page (SPEC §5), rendered once per pass as Prometheus text and OpenMetrics.
+"""The `/metrics` page (docs/reference.md §5), rendered once per pass as Prometheus text
+and OpenMetrics.
 
 prometheus_client renders every value through a float (`4.026139228e+09`, and inexact
-past 2**53); SPEC §5 asks for exact integers, so the families procdelta owns are
+past 2**53); docs/reference.md §5 asks for exact integers, so the families procdelta owns are
 rendered here, in the two formats' plain grammar. prometheus_client still provides the
 float formatting, the collector's own `process_*` metrics and, in the tests, the parsers
 that check this output.
@@ -61,7 +62,7 @@ _FIELD_HELP = {
     "nonvoluntary_switches": "Involuntary context switches, summed over threads",
     "read_bytes": "Bytes really fetched from storage, summed over threads",
     "write_bytes": "Bytes really sent to storage, summed over threads",
-    # SPEC §7: the group's own cgroup (the unit is in each name: _nanos)
+    # docs/reference.md §7: the group's own cgroup (the unit is in each name: _nanos)
     "cgroup_cpu_nanos": "CPU time of every task of the group's cgroup, exited ones included (ns)",
     "cpu_periods": "CFS bandwidth periods with runnable tasks, the group's cgroup and below",
     "cpu_throttled_periods": "CFS bandwidth periods throttled by the quota, cgroup and below",
@@ -81,7 +82,7 @@ class Shapes:
 
     interval_gauges: bool = True  # procdelta_interval_<field>
     totals: bool = True  # procdelta_<field>_total
-    cgroup: bool = True  # the SPEC §7 fields (and their self-metrics)
+    cgroup: bool = True  # the docs/reference.md §7 fields (and their self-metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ def build_families(
     cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
     shapes: Shapes | None = None,
 ) -> list[Family]:
-    """Every family of SPEC §5 (and §7), series in a stable order."""
+    """Every family of docs/reference.md §5 (and §7), series in a stable order."""
     families: list[Family] = []
     cgroup_intervals = cgroup_intervals or {}
     shapes = shapes or Shapes()

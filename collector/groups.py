@@ -1,4 +1,5 @@
-"""Which group a process belongs to (SPEC §4), and the names of pods from the node's files.
+"""Which group a process belongs to (docs/reference.md §4), and the names of pods from
+the node's files.
 
 `classify` is a pure function from the text of `/proc/<pid>/cgroup` to a `PodRef` (a
 kubelet pod segment was found) or a cgroup path. `PodNames` reads the directories that
@@ -174,7 +175,7 @@ HIERARCHY_ORDER = ("v2", "cpu", "cpuacct")
 
 CgroupDirs = tuple[tuple[str, str], ...]
 """(hierarchy, path) of a group's own cgroup in each hierarchy that holds it: `v2`, and
-the v1 controllers `cpu` and `cpuacct` (SPEC §7)."""
+the v1 controllers `cpu` and `cpuacct` (docs/reference.md §7)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,7 @@ class ProcessReading(NamedTuple):
 
 @dataclass(slots=True)
 class Fields:
-    """The interval payload (SPEC §3): sums, never ratios. Also one process's delta."""
+    """The interval payload (docs/reference.md §3): sums, never ratios. Also one process's delta."""
 
     processes: int = 0
     observed_nanos: int = 0
@@ -154,7 +154,7 @@ class Fields:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
-"""The eleven fields of SPEC §3, in order."""
+"""The eleven fields of docs/reference.md §3, in order."""
 
 COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
 """Every field but `processes`: the ones accumulated as `_total` counters."""
@@ -170,7 +170,7 @@ REFUSAL_REASONS: tuple[str, ...] = (
 
 THREAD_REFUSAL_REASONS: tuple[str, ...] = REFUSAL_REASONS[:3]
 """Why a thread of a contributing process added nothing to its sums in a pass
-(`procdelta_dropped_thread_deltas_total{reason}`): guarded like a process (SPEC §2)."""
+(`procdelta_dropped_thread_deltas_total{reason}`): guarded like a process (docs/reference.md §2)."""
 
 
 class Pressure(NamedTuple):
@@ -193,7 +193,7 @@ class Bandwidth(NamedTuple):
 
 
 class CgroupReading(NamedTuple):
-    """One group's own cgroup, read once in a pass (SPEC §7).
+    """One group's own cgroup, read once in a pass (docs/reference.md §7).
 
     `identity` is (hierarchy, inode) of each of the group's directories that was read: a
     cgroup removed and made again under the same path has a new inode. `usage_ns` and
@@ -210,7 +210,8 @@ class CgroupReading(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class CgroupFields:
-    """The fields of SPEC §7 for one group and one interval; None = no source on the node."""
+    """The fields of docs/reference.md §7 for one group and one interval; None = no
+    source on the node."""
 
     cgroup_cpu_nanos: int | None = None
     cpu_periods: int | None = None
@@ -228,7 +229,8 @@ class CgroupFields:
 
 
 CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
-"""The ten fields of SPEC §7, in order; each is both an interval gauge and a counter."""
+"""The ten fields of docs/reference.md §7, in order; each is both an interval gauge
+and a counter."""
 
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
 """Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):

@@ -77,7 +77,8 @@ _COLUMNS = (
     ("READ", "read_bytes"),
     ("WRITE", "write_bytes"),
 )
-# What the group's own cgroup adds (SPEC §7): its CPU, exited processes included, beside
+# What the group's own cgroup adds (docs/reference.md §7): its CPU, exited processes
+# included, beside
 # the sums' ON-CPU; time throttled by its own quota and the periods throttled out of
 # those with runnable tasks; time some of its tasks waited for a CPU (PSI).
 _CGROUP_COLUMNS = ("CGROUP-CPU", "THROTTLED", "THR-PERIODS", "CPU-WAIT")

@@ -71,7 +71,7 @@ def log_missing(sources: dict[str, bool], procfs: str, cgroupfs: str | None) -> 
     if not (v2 or cpu or cpuacct):
         log.warning(
             "no cgroup hierarchy found under %s (mount the host's /sys/fs/cgroup there): "
-            "every cgroup field (SPEC §7) will be absent",
+            "every cgroup field (docs/reference.md §7) will be absent",
             cgroupfs,
         )
         return

@@ -1,4 +1,4 @@
-"""The guarded cache (SPEC §2): readings and an instant in, deltas and refusals out.
+"""The guarded cache (docs/reference.md §2): readings and an instant in, deltas and refusals out.
 
 Pure: no I/O, no clock of its own. Identity is (pid, start time), and each thread is
 guarded the same way by (tid, start time). Every PID a pass does not see is dropped,

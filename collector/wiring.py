@@ -30,7 +30,7 @@ class Options:
     per_container: bool
     pods_only: bool
     cgroupfs: str = "/sys/fs/cgroup"
-    cgroup: bool = True  # read each group's own cgroup (SPEC §7)
+    cgroup: bool = True  # read each group's own cgroup (docs/reference.md §7)
     pressure: bool = True  # and its PSI files, where the node has them
     interval_gauges: bool = True  # export procdelta_interval_<field>
     totals: bool = True  # export procdelta_<field>_total

@@ -1,6 +1,7 @@
 """Literal cgroupfs fixture trees, changed in place between passes as the kernel does.
 
-A cgroup's identity is its path and its directory's inode (SPEC §7), so a fixture cannot
+A cgroup's identity is its path and its directory's inode (docs/reference.md §7), so a
+fixture cannot
 swap one directory tree for another between passes, as the proc fixture does: every
 inode would change. A `CgroupTree` writes pass 1's files into a temporary directory,
 then rewrites them in place for pass 2: files are overwritten, cgroups that pass 2 does

@@ -1,4 +1,5 @@
-"""Names from SPEC §3 and §7, spelled out here (not imported from the code under test)."""
+"""Names from docs/reference.md §3 and §7, spelled out here (not imported from the code
+under test)."""
 
 FIELDS = [
     "processes",
@@ -26,4 +27,4 @@ CGROUP_FIELDS = [
     "io_pressure_waiting_nanos",
     "io_pressure_stalled_nanos",
 ]
-"""SPEC §7, in its table's order."""
+"""docs/reference.md §7, in its table's order."""

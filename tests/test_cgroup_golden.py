@@ -1,4 +1,4 @@
-"""The cgroup fields (SPEC §7) on one small node per kind of host, through two passes.
+"""The cgroup fields (docs/reference.md §7) on one small node per kind of host, through two passes.
 
 Each layout of tests/cgroupfixture.py (pure v1 with the cgroupfs driver, pure v2 with the
 systemd driver, paths seen from another cgroup namespace, kind's nested kubelet; the

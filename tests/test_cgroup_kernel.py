@@ -1,4 +1,5 @@
-"""Kernel truth for the cgroup fields (SPEC §7): real pods in real kubelet-shaped cgroups.
+"""Kernel truth for the cgroup fields (docs/reference.md §7): real pods in real
+kubelet-shaped cgroups.
 
 The situations that made the process sums alone mislead, each against the kernel's own
 files read by the test right after the collector's pass (the pass reads the cgroups at

@@ -1,4 +1,4 @@
-"""The cgroup guard as a table of passes, one row per pass: every rule of SPEC §7."""
+"""The cgroup guard as a table of passes, one row per pass: every rule of docs/reference.md §7."""
 
 from __future__ import annotations
 

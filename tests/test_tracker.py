@@ -1,4 +1,4 @@
-"""The guard as a table of passes: one row per pass, every rule of SPEC §2."""
+"""The guard as a table of passes: one row per pass, every rule of docs/reference.md §2."""
 
 from __future__ import annotations
 
