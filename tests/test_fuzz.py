@@ -1,10 +1,15 @@
-"""Property-based tests: random and truncated bytes for every parser, random pass
-sequences for the guard, random files for a whole pass. Nothing raises but the one
-error type, a refused delta is never emitted, an emitted delta is never negative."""
+"""Property-based tests. Random bytes for every parser (they almost never parse: the
+refusal path), and, so that the parsing and delta arithmetic are exercised too, valid
+files from the fixture tree mutated as real files go wrong (a field cut, a number grown
+past any width, a name holding `) (`), and pass sequences in which births, reused PIDs,
+continuations and fallen counters are all common. Nothing raises but the one error type;
+a refused delta is never emitted, an emitted delta is never negative, a birth counts
+whole, a continuation counts exactly new - old, a fallen counter drops the process."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -36,6 +41,7 @@ from collector.parse import (
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
+from tests.fixturetree import FIXTURES
 
 PARSERS = [parse_stat, parse_start_ticks, parse_schedstat, parse_status_switches, parse_io,
            parse_cgroup, parse_flat_keyed, parse_single_value, parse_pressure]  # fmt: skip
@@ -95,62 +101,224 @@ def test_classifier_takes_any_cgroup_text(text):
     assert classified.pod is not None or classified.cgroup.startswith("/")
 
 
+def _fixture_files(name: str) -> list[bytes]:
+    """Every fixture file of this name (both passes, processes and threads)."""
+    return sorted({p.read_bytes() for p in (FIXTURES / "proc").rglob(name) if p.is_file()})
+
+
+VALID = {
+    "stat": (_fixture_files("stat"), parse_stat),
+    "schedstat": (_fixture_files("schedstat"), parse_schedstat),
+    "status": (_fixture_files("status"), parse_status_switches),
+    "io": (_fixture_files("io"), parse_io),
+    "cgroup": (_fixture_files("cgroup"), parse_cgroup),
+}
+
+
+def _parses(parse, data):
+    try:
+        return parse(data)
+    except Malformed:
+        return None
+
+
+@settings(max_examples=300)
+@given(kind=st.sampled_from(sorted(VALID)), data=st.data())
+def test_valid_files_with_a_number_grown_still_parse(kind, data):
+    """A number of any width: each digit run of a valid file grown by up to 40 digits."""
+    files, parse = VALID[kind]
+    original = data.draw(st.sampled_from([f for f in files if _parses(parse, f) is not None]))
+    runs = [m for m in re.finditer(rb"\d+", original)]
+    run = data.draw(st.sampled_from(runs))
+    digits = data.draw(st.text("0123456789", min_size=1, max_size=40)).encode()
+    grown = original[: run.end()] + digits + original[run.end() :]
+    value = _parses(parse, grown)
+    assert value is not None, grown
+    if kind != "cgroup":
+        assert all(v >= 0 for v in _natural_fields(value))
+
+
+@settings(max_examples=300)
+@given(kind=st.sampled_from(sorted(VALID)), data=st.data())
+def test_valid_files_with_a_field_cut_parse_or_refuse(kind, data):
+    """One whitespace-separated field (or a line) removed: refused as Malformed, or still a
+    well-formed value; never another exception, never a negative number."""
+    files, parse = VALID[kind]
+    original = data.draw(st.sampled_from(files))
+    tokens = re.split(rb"([ \n])", original)
+    index = data.draw(st.integers(0, len(tokens) - 1))
+    value = _parses(parse, b"".join(tokens[:index] + tokens[index + 1 :]))
+    if value is not None and kind != "cgroup":
+        assert all(v >= 0 for v in _natural_fields(value))
+
+
+@settings(max_examples=300)
+@given(
+    name=st.lists(st.sampled_from([b") (", b")", b"(", b" ", b"a", b"\n", b"\xff", b"1 2 3"]),
+                  max_size=8).map(b"".join),
+    data=st.data(),
+)  # fmt: skip
+def test_valid_stat_with_any_name_keeps_its_numbers(name, data):
+    """A name holding `) (`, spaces, digits or a newline: the numbers are counted from the
+    last `)`, so they are those of the file the name was put into."""
+    files, parse = VALID["stat"]
+    original = data.draw(st.sampled_from([f for f in files if _parses(parse, f) is not None]))
+    head, rest = original.split(b" (", 1)
+    tail = rest[rest.rindex(b")") :]
+    renamed = head + b" (" + name + tail
+    before, after = parse_stat(original), parse_stat(renamed)
+    assert after._replace(comm=before.comm) == before
+
+
 COUNTER = st.integers(min_value=0, max_value=2**70)
 
 
-@st.composite
-def thread_reading(draw, tid):
-    return ThreadReading(
-        tid, draw(st.integers(0, 60)), draw(COUNTER), draw(COUNTER), draw(COUNTER),
-        draw(COUNTER), draw(COUNTER), draw(COUNTER), draw(COUNTER),
-    )  # fmt: skip
+HZ = 100
+TICK_NS = 10**9 // HZ
+STEP = st.integers(0, 10**6)  # a counter's growth over a pass
 
 
 @st.composite
-def process_reading(draw, pid, at_ns):
-    tids = draw(st.sets(st.integers(pid, pid + 5), min_size=1, max_size=4))
-    return ProcessReading(
-        pid, "p", draw(st.integers(0, 60)), at_ns, draw(COUNTER), draw(COUNTER),
-        draw(COUNTER), 0, b"0::/\n", tuple(draw(thread_reading(t)) for t in sorted(tids)),
-    )  # fmt: skip
+def counters(draw, old: tuple[int, ...] | None, size: int) -> tuple[int, ...]:
+    """Fresh counters, or the old ones grown; one in ten sequences has one fall."""
+    if old is None:
+        return tuple(draw(st.integers(0, 10**9)) for _ in range(size))
+    grown = [value + draw(STEP) for value in old]
+    if draw(st.integers(0, 9)) == 0:
+        index = draw(st.integers(0, size - 1))
+        grown[index] = draw(st.integers(0, old[index] - 1)) if old[index] else grown[index]
+    return tuple(grown)
 
 
 @st.composite
 def pass_sequence(draw):
-    passes = []
-    for number in range(draw(st.integers(1, 6))):
-        at = (number + 1) * 10**9  # 1 s apart; ticks are 10 ms, starts 0..60 ticks
-        pids = draw(st.sets(st.sampled_from([10, 20, 30]), max_size=3))
-        passes.append((at - 5, [draw(process_reading(pid, at)) for pid in sorted(pids)]))
+    """Up to 6 passes 1 s apart over PIDs 10, 20, 30. Each pass a PID is absent, goes on
+    (the same start time, counters grown or once fallen), or is a new process: born
+    since the previous listing (counted whole) or started long ago (a first sighting or
+    a reused PID). Threads come, go and go on the same way."""
+    passes, alive = [], {}
+    for number in range(1, draw(st.integers(2, 6)) + 1):
+        listed_at = number * 10**9
+        at = listed_at + 5 * 10**8
+        readings = []
+        for pid in (10, 20, 30):
+            choice = draw(st.sampled_from(["absent", "same", "same", "new"]))
+            old = alive.get(pid)
+            if choice == "absent" or (choice == "same" and old is None):
+                alive.pop(pid, None)
+                continue
+            if choice == "same":
+                start = old.start_ticks
+            elif draw(st.booleans()):  # started at or after the previous pass began listing
+                start = draw(st.integers((listed_at - 10**9) // TICK_NS, at // TICK_NS))
+            else:
+                start = draw(st.integers(0, 5))
+            same = choice == "same"
+            old_threads = {t.tid: t for t in old.threads} if same else {}
+            threads = []
+            for tid in sorted(draw(st.sets(st.sampled_from([pid, pid + 1, pid + 2]), min_size=1))):
+                before = old_threads.get(tid)
+                thread_start = (
+                    before.start_ticks
+                    if before
+                    else max(start, draw(st.integers(0, at // TICK_NS)))
+                )
+                values = draw(counters(tuple(before[2:]) if before else None, 7))
+                threads.append(ThreadReading(tid, thread_start, *values))
+            stat = draw(
+                counters((old.utime_ticks, old.stime_ticks, old.major_faults) if same else None, 3)
+            )
+            reading = ProcessReading(pid, "p", start, at, *stat, 0, b"0::/\n", tuple(threads))
+            readings.append(reading)
+            alive[pid] = reading
+        passes.append((listed_at, readings))
     return passes
+
+
+STAT = ("utime_ticks", "stime_ticks", "major_faults")
+THREAD_SUMS = {"on_cpu_nanos": 2, "run_delay_nanos": 3, "voluntary_switches": 5,
+               "nonvoluntary_switches": 6, "read_bytes": 7, "write_bytes": 8}  # fmt: skip
+
+
+def expected_thread_sum(reading, old, previous_listing: int, index: int) -> int:
+    """The oracle for one thread field of a continuing process: Σ new - old over the
+    threads that go on without a fall of an exported field, plus the whole of threads
+    born since the previous listing; other threads add nothing."""
+    olds = {t.tid: t for t in old.threads}
+    total = 0
+    for thread in reading.threads:
+        before = olds.get(thread.tid)
+        if before is not None and before.start_ticks == thread.start_ticks:
+            if not any(thread[i] < before[i] for i in THREAD_SUMS.values()):
+                total += thread[index] - before[index]
+        elif previous_listing < thread.start_ticks * TICK_NS <= reading.at_ns:
+            total += thread[index]
+    return total
 
 
 def fell(new, old, names) -> bool:
     return any(getattr(new, n) < getattr(old, n) for n in names)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(passes=pass_sequence())
-def test_guard_never_emits_a_refused_or_negative_delta(passes):
-    tracker = Tracker(hz=100)
-    previous: dict[int, ProcessReading] = {}
-    for listed_at, readings in passes:
-        result = tracker.advance(readings, listed_at)
-        for delta in result.deltas:
-            assert all(getattr(delta.fields, name) >= 0 for name in FIELD_NAMES), delta
-            reading, old = delta.reading, previous.get(delta.reading.pid)
-            if not delta.born:
-                assert old is not None and old.start_ticks == reading.start_ticks
-                assert not fell(reading, old, ("utime_ticks", "stime_ticks", "major_faults"))
-        emitted = {d.reading.pid for d in result.deltas}
-        for reading in readings:
-            old = previous.get(reading.pid)
-            same = old is not None and old.start_ticks == reading.start_ticks
-            if same and fell(reading, old, ("utime_ticks", "stime_ticks", "major_faults")):
-                assert reading.pid not in emitted
-        refused = sum(result.refused.values())
-        assert refused + len(result.deltas) == len(readings)
-        previous = {r.pid: r for r in readings}
+def test_guard_on_births_continuations_and_falls():
+    """Every rule is reached across the examples (checked after them)."""
+    exercised: set[str] = set()
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(passes=pass_sequence())
+    def check(passes):
+        tracker = Tracker(hz=HZ)
+        previous: dict[int, ProcessReading] = {}
+        previous_listing = None
+        for listed_at, readings in passes:
+            result = tracker.advance(readings, listed_at)
+            deltas = {d.reading.pid: d for d in result.deltas}
+            for reading in readings:
+                old = previous.get(reading.pid)
+                same = old is not None and old.start_ticks == reading.start_ticks
+                born = (
+                    not same
+                    and previous_listing is not None
+                    and previous_listing < reading.start_ticks * TICK_NS <= reading.at_ns
+                )
+                delta = deltas.get(reading.pid)
+                if same and fell(reading, old, STAT):
+                    assert delta is None  # the whole process dropped, never clamped
+                    exercised.add("fell")
+                    continue
+                if not same and not born:
+                    assert delta is None  # first sighting or reused PID
+                    continue
+                assert delta is not None and delta.born == born
+                fields = delta.fields
+                assert all(getattr(fields, name) >= 0 for name in FIELD_NAMES), delta
+                if born:  # counted whole
+                    exercised.add("born")
+                    assert fields.observed_nanos == reading.at_ns - reading.start_ticks * TICK_NS
+                    assert fields.cpu_user_nanos == reading.utime_ticks * TICK_NS
+                    assert fields.major_faults == reading.major_faults
+                    for name, index in THREAD_SUMS.items():
+                        # every thread of a process born since the last pass is new too
+                        born_threads = [
+                            t for t in reading.threads if t.start_ticks * TICK_NS > previous_listing
+                        ]
+                        assert getattr(fields, name) == sum(t[index] for t in born_threads)
+                else:  # a continuation: exactly new - old
+                    exercised.add("same")
+                    assert fields.observed_nanos == reading.at_ns - old.at_ns
+                    assert (
+                        fields.cpu_user_nanos == (reading.utime_ticks - old.utime_ticks) * TICK_NS
+                    )
+                    assert fields.major_faults == reading.major_faults - old.major_faults
+                    for name, index in THREAD_SUMS.items():
+                        expected = expected_thread_sum(reading, old, previous_listing, index)
+                        assert getattr(fields, name) == expected, name
+            assert sum(result.refused.values()) + len(result.deltas) == len(readings)
+            previous = {r.pid: r for r in readings}
+            previous_listing = listed_at
+
+    check()
+    assert exercised == {"born", "same", "fell"}
 
 
 FILES = ["stat", "cgroup", "task/{pid}/schedstat", "task/{pid}/status", "task/{pid}/io"]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -19,11 +21,27 @@ from tests.cgroups import WORKLOAD
 HZ = os.sysconf("SC_CLK_TCK")
 
 
+STORAGE_BYTES = 8 << 20
+
+
 @pytest.fixture
 def stopped_workload():
-    """A multi-threaded process that has done some work, then frozen by SIGSTOP."""
+    """A multi-threaded process that has done some work, moved 8 MiB to storage and back
+    in a thread of its own (fsync, then read with its pages dropped from the cache), then
+    frozen by SIGSTOP. The file is on /var/tmp: a disk on CI, never tmpfs (where nothing
+    reaches storage)."""
+    directory = tempfile.mkdtemp(prefix="procdelta-oracle-", dir="/var/tmp")
     process = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), "--busy", "2", "--sleepers", "2"],
+        [
+            sys.executable,
+            str(WORKLOAD),
+            "--busy",
+            "2",
+            "--sleepers",
+            "2",
+            "--storage",
+            f"{directory}/data:{STORAGE_BYTES}",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -41,6 +59,7 @@ def stopped_workload():
     finally:
         process.kill()
         process.wait(timeout=10)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_stopped_process_matches_psutil_exactly(stopped_workload):
@@ -68,7 +87,7 @@ def test_stopped_process_matches_psutil_exactly(stopped_workload):
     slack = 3 * cpus * max(32, 2 * cpus) * os.sysconf("SC_PAGE_SIZE")
     assert abs(reading.rss_bytes - rss) <= slack
     assert sorted(t.tid for t in reading.threads) == tids
-    assert len(tids) == 5
+    assert len(tids) == 6  # the leader, 2 busy, 2 sleepers, the storage thread
     # psutil reads the leader's `status`; procdelta reads every thread's.
     leader = next(t for t in reading.threads if t.tid == pid)
     assert (leader.voluntary_switches, leader.nonvoluntary_switches) == (
@@ -76,9 +95,12 @@ def test_stopped_process_matches_psutil_exactly(stopped_workload):
         switches.involuntary,
     )
     assert sum(t.voluntary_switches for t in reading.threads) > switches.voluntary
-    # No thread has exited and no child was reaped, so the per-thread sum is the process's io.
-    assert sum(t.read_bytes for t in reading.threads) == io.read_bytes
-    assert sum(t.write_bytes for t in reading.threads) == io.write_bytes
+    # No thread has exited and no child was reaped, so the per-thread sum is the process's
+    # io, which psutil reads; the storage thread (not the leader) moved the bytes.
+    assert sum(t.read_bytes for t in reading.threads) == io.read_bytes >= STORAGE_BYTES
+    assert sum(t.write_bytes for t in reading.threads) == io.write_bytes >= STORAGE_BYTES
+    mover = max(reading.threads, key=lambda t: t.write_bytes)
+    assert mover.tid != pid and mover.read_bytes >= STORAGE_BYTES
 
 
 def test_start_times_of_every_process_match_psutil():

@@ -1,11 +1,16 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
     python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
+                       [--storage FILE:BYTES]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
 block; with --churn a thread keeps starting short-lived threads and children and
-writing to a file in DIR; with --cpu every thread runs on that CPU only. Commands:
+writing to a file in DIR; with --cpu every thread runs on that CPU only; with --storage a
+thread (not the leader) writes BYTES to FILE with fsync, drops the file's pages from the
+page cache and reads it back, so that storage really moved both ways, before "ready";
+the thread then blocks.
+Commands:
 
     count           print the total number of sleeps done so far
     fork            fork a child that waits for orders; print its PID
@@ -66,6 +71,27 @@ def churn(directory: str) -> None:
     os.unlink(path)
 
 
+def storage(path: str, size: int, done: threading.Event) -> None:
+    """Write `size` bytes to storage and read them back from storage, not from the cache;
+    then stay alive (blocked), so that the bytes stay in this thread's own `io`."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        chunk = os.urandom(1 << 20)
+        written = 0
+        while written < size:
+            written += os.write(fd, chunk[: size - written])
+        os.fsync(fd)  # clean pages: the next call can drop them
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.lseek(fd, 0, os.SEEK_SET)
+        while os.read(fd, 1 << 20):
+            pass
+    finally:
+        os.close(fd)
+        os.unlink(path)
+        done.set()
+    stop.wait()
+
+
 def child_loop(orders: int, acks: int) -> None:
     with os.fdopen(orders, "r") as commands:
         for line in commands:
@@ -92,6 +118,7 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=0)
     parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
     parser.add_argument("--cpu", type=int, help="run on this CPU only")
+    parser.add_argument("--storage", metavar="FILE:BYTES", help="write, then read from storage")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -105,6 +132,11 @@ def main() -> None:
         threads.append(threading.Thread(target=churn, args=(args.churn,), daemon=True))
     for thread in threads:
         thread.start()
+    if args.storage:
+        path, size = args.storage.rsplit(":", 1)
+        moved = threading.Event()
+        threading.Thread(target=storage, args=(path, int(size), moved), daemon=True).start()
+        moved.wait()
     child = None
     print(f"ready {os.getpid()}", flush=True)
     for line in sys.stdin:
