@@ -133,3 +133,42 @@ def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
         if family.name in PER_GROUP and family.samples
     }
     assert len(filled) == per_pod, sorted(filled)
+
+
+def test_page_values_derived_by_hand():
+    """Series of the fixture's page against the fixture's own numbers (see
+    tests/test_golden.py's BY_HAND for the derivations), not against the golden page."""
+    page = fixture_page().snapshot().text.decode()
+    cart = (
+        'namespace="shop",pod="cart-7d9f",uid="0b3e7a52-9c1d-4f6e-8a2b-5d4c3b2a1f00",'
+        'qos="burstable"'
+    )
+    odd = 'cgroup="/system.slice/odd.service"'
+    wanted = [
+        # threads 200 +400 ms, 201 +390 ms, 203 born with 120 ms
+        f"procdelta_interval_on_cpu_nanos{{{cart}}} 910000000",
+        # pass 1 gave no delta (first sightings), so the counter is the one interval
+        f"procdelta_on_cpu_nanos_total{{{cart}}} 910000000",
+        f"procdelta_write_bytes_total{{{cart}}} 1048576",
+        # PID 200 in pass 2, with threads 200, 201 and 203; 5000 pages of 4 KiB
+        f"procdelta_footprint_processes{{{cart}}} 1",
+        f"procdelta_footprint_threads{{{cart}}} 3",
+        f"procdelta_footprint_rss_bytes{{{cart}}} 20480000",
+        # cpuacct.usage +2.5 s; throttled in all 100 periods, 8 s (tests/cgroupfixture.py)
+        f"procdelta_interval_cgroup_cpu_nanos{{{cart}}} 2500000000",
+        f"procdelta_cpu_throttled_periods_total{{{cart}}} 100",
+        # PIDs 100 (+2 ms) and 500 (born: 30 ms) contributed; 100, 400, 500 and 501 were
+        # seen whole (800's stat is malformed), 200 + 100 + 100 + 100 pages
+        f"procdelta_interval_processes{{{odd}}} 2",
+        f"procdelta_on_cpu_nanos_total{{{odd}}} 32000000",
+        f"procdelta_footprint_processes{{{odd}}} 4",
+        f"procdelta_footprint_rss_bytes{{{odd}}} 2048000",
+        # 501 reused; 1000's majflt fell; 400's io and 800's stat are malformed
+        'procdelta_dropped_deltas_total{reason="pid_reused"} 1',
+        'procdelta_dropped_deltas_total{reason="counter_fell"} 1',
+        'procdelta_dropped_deltas_total{reason="unreadable"} 2',
+        'procdelta_dropped_thread_deltas_total{reason="counter_fell"} 1',  # thread 1101
+        "procdelta_passes_total 2",
+    ]
+    lines = set(page.splitlines())
+    assert [line for line in wanted if line not in lines] == []

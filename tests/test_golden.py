@@ -137,3 +137,57 @@ def test_cgroup_fields_of_each_fixture_group_derived_by_hand():
     # the cgroup fields never change the process fields: the same sums as without them
     plain = FixtureRun(cgroups=False)
     assert dict(run_once(plain.engine, 10.0, plain.sleep).intervals) == dict(result.intervals)
+
+
+MS, SEC = 10**6, 10**9
+# Each group's process fields, from the fixture files (pass 2 minus pass 1; hz 100, so a
+# tick is 10 ms; pass 1 lists at 1000 s, pass 2 reads at 1010 s):
+# field order processes, on_cpu, run_delay, user, system, majflt, vol, invol, read, write
+BY_HAND = {
+    # PID 200: utime 8 -> 88, stime 1 -> 8, majflt 3 -> 5; threads 200 (+400 ms on a CPU,
+    # +30 ms delay, +2/+9 switches), 201 (+390 ms, +25 ms, +0/+20, +1 MiB written) and
+    # 203, born at 1003 s (its whole 120 ms, 5 ms, 1/12). PID 600 exited: nothing.
+    "shop/cart-7d9f": (1, 910 * MS, 60 * MS, 800 * MS, 70 * MS, 2, 3, 41, 0, 1_048_576),
+    # PID 300: utime 1 -> 2; thread 300 +1 ms, +50 µs, +100 voluntary; thread 302 exited.
+    "web/nginx-0": (1, 1 * MS, 50_000, 10 * MS, 0, 0, 100, 0, 0, 0),
+    # PID 700, born at 1007 s: whole counters of threads 700 and 701.
+    "kube-system/etcd-node1": (1, 300 * MS, 5 * MS, 250 * MS, 50 * MS, 0, 90, 10, 4096, 12288),
+    # PID 100 (+2 ms, +5 µs, +3/+1, 4 KiB written; 1 tick each of user and system) and
+    # PID 500, reused by a cron job born at 1005 s (whole: 30 ms, 1 ms, 4/2, 64 KiB read);
+    # 400 (io malformed), 800 (stat malformed) and 501 (reused, started before 1000 s):
+    # nothing.
+    "/system.slice/odd.service": (2, 32 * MS, 1_005_000, 30 * MS, 20 * MS, 0, 7, 3, 65536, 4096),
+    # PID 950 (+3 ms, +30 voluntary, 1 tick user); PID 900 is CRI-O's conmon, not the pod's.
+    "pod deadbeef": (1, 3 * MS, 0, 10 * MS, 0, 0, 30, 0, 0, 0),
+    # PID 1100: thread 1100 +1 ms, +5 voluntary; thread 1101's write_bytes fell (nothing);
+    # PID 1000's majflt fell 9 -> 0: the whole process dropped.
+    "/": (1, 1 * MS, 0, 10 * MS, 0, 0, 5, 0, 0, 0),
+    # conmon, PID 900: +100 µs, +1 voluntary.
+    "conmon": (1, 100_000, 0, 0, 0, 0, 1, 0, 0, 0),
+}
+OBSERVED = {"kube-system/etcd-node1": 3 * SEC, "/system.slice/odd.service": 15 * SEC}
+
+
+def _name(group) -> str:
+    labels = group.label_dict()
+    if group.kind == "pod":
+        return f"{labels['namespace']}/{labels['pod']}" if labels["pod"] else "pod deadbeef"
+    return "conmon" if "crio-conmon" in labels["cgroup"] else labels["cgroup"]
+
+
+def test_process_fields_of_each_fixture_group_derived_by_hand():
+    """The process sums of every group, from the numbers in tests/fixtures/proc (not from
+    a file the code wrote)."""
+    run = FixtureRun()
+    result = run_once(run.engine, 10.0, run.sleep)
+    got = {_name(group): fields for group, fields in result.intervals.items()}
+    assert set(got) == set(BY_HAND)
+    for name, expected in BY_HAND.items():
+        fields = got[name]
+        assert (
+            fields.processes, fields.on_cpu_nanos, fields.run_delay_nanos, fields.cpu_user_nanos,
+            fields.cpu_system_nanos, fields.major_faults, fields.voluntary_switches,
+            fields.nonvoluntary_switches, fields.read_bytes, fields.write_bytes,
+        ) == expected, name  # fmt: skip
+        # each reading is 1 µs of the scripted clock after the last: within a millisecond
+        assert abs(fields.observed_nanos - OBSERVED.get(name, 10 * SEC)) < MS, name
