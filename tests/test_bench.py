@@ -1,6 +1,7 @@
-"""`procdelta bench` runs end to end and prints its table (its numbers are not judged
-here: speed is read from the benchmark's ratios, never from a timed test), and leaves
-no pod cgroup of its pods table behind."""
+"""Smoke tests of `procdelta bench`: it runs end to end, prints every table with
+well-formed numbers, and leaves no pod cgroup of its pods table behind. Its speed is not
+judged here (a timed test on a shared machine judges the machine): people read the
+ratios it prints, each against a floor measured in the same run."""
 
 import os
 import re
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 
-def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
+def test_smoke_quick_bench_runs_and_prints_every_table():
     result = subprocess.run(
         [sys.executable, "-m", "collector", "bench", "--quick", "--rounds", "3",
          "--pause", "0.1"],
@@ -43,7 +44,7 @@ def test_quick_bench_prints_a_ratio_per_table_and_the_metrics_latency():
     )
 
 
-def test_bench_pods_table_removes_its_cgroups():
+def test_smoke_bench_pods_table_removes_its_cgroups():
     from collector.bench import pod_cgroups
     from collector.cgroupfs import detect
 

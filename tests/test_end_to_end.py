@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
+import time
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.promtools import binary
 from tests.test_deploy import RULES, dashboard_queries, recording_rule_queries
 
 pytestmark = pytest.mark.kernel
+ROOT = Path(__file__).parent.parent
 
 
 RULE_WINDOW = "20s"
@@ -101,17 +104,17 @@ def busy_pod(tmp_path_factory):
     throttled_path = f"kubepods/burstable/pod{throttled_uid}/{throttled_cid}"
     with contextlib.ExitStack() as stack:
         cgroup_path = stack.enter_context(cgroup("v2", path))
-        stack.enter_context(Workload(cgroup_path, "--busy", "3", "--sleepers", "1"))
+        busy = stack.enter_context(Workload(cgroup_path, "--busy", "3", "--sleepers", "1"))
         throttled = stack.enter_context(cgroups(("cpu", "cpuacct", "v2"), throttled_path))
         with open(Path(throttled["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
             quota.write("20000")
         stack.enter_context(Workload(list(throttled.values()), "--busy", "1"))
-        yield tmp_path, uid
+        yield tmp_path, uid, busy.pid
 
 
 @pytest.fixture(scope="module")
 def collector(busy_pod):
-    logs, uid = busy_pod
+    logs, uid, _ = busy_pod
     port = free_port()
     process = subprocess.Popen(
         [
@@ -202,6 +205,63 @@ def test_every_dashboard_query_and_recording_rule_returns_data(prometheus, colle
     )
     result = prometheus.query(query)
     assert result, f"no data for: {query}"
+
+
+def panel_query(title: str, window: str) -> str:
+    """The first query of a dashboard panel, its variables set as for "All"."""
+    model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
+    (panel,) = [p for p in model["panels"] if p["title"] == title]
+    expr = panel["targets"][0]["expr"].replace("$__rate_interval", window)
+    return expr.replace("$node", ".*").replace("$namespace", ".*").replace("$pod", ".*")
+
+
+def kernel_window(pid: int, seconds: float) -> tuple[float, float]:
+    """The oracle: cores used and starvation (run delay / (run delay + on-CPU)) of a
+    process over the next `seconds`, from its threads' own schedstat files."""
+
+    def sample() -> tuple[float, int, int]:
+        on_cpu = delay = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as schedstat:
+                ran, waited, _ = schedstat.read().split()
+            on_cpu, delay = on_cpu + int(ran), delay + int(waited)
+        return time.monotonic(), on_cpu, delay
+
+    began, on_cpu_before, delay_before = sample()
+    time.sleep(seconds)
+    ended, on_cpu_after, delay_after = sample()
+    on_cpu, delay = on_cpu_after - on_cpu_before, delay_after - delay_before
+    return on_cpu / 1e9 / (ended - began), delay / (delay + on_cpu)
+
+
+def test_dashboard_starvation_and_cores_say_what_the_kernel_says(prometheus, busy_pod):
+    """The dashboard's two headline panels, evaluated by Prometheus over the last 10 s,
+    against the busy pod's threads' schedstat read by the test over the same 10 s."""
+    _, _, pid = busy_pod
+    wait_until(
+        lambda: prometheus.query("count_over_time(procdelta_passes_total[12s]) >= 10"),
+        60,
+        "ten scrapes of procdelta",
+    )
+    cores_seen, starvation_seen = kernel_window(pid, 10.0)
+
+    def busy_pod_value(title: str) -> float:
+        series = [
+            s
+            for s in prometheus.query(panel_query(title, "10s"))
+            if s["metric"].get("pod") == "busy-pod"
+        ]
+        assert len(series) == 1, series
+        return float(series[0]["value"][1])
+
+    cores, starvation = busy_pod_value("Cores used"), busy_pod_value("CPU starvation")
+    print(f"busy-pod over 10 s: cores {cores:.3f} (kernel {cores_seen:.3f}), "
+          f"starvation {starvation:.3f} (kernel {starvation_seen:.3f})")  # fmt: skip
+    # three busy threads on two CPUs: close to two cores, each thread waiting about a
+    # third of its runnable time; scrapes land up to a second off the test's window
+    assert cores_seen > 1.2 and 0.15 < starvation_seen < 0.7  # the workload did contend
+    assert cores == pytest.approx(cores_seen, rel=0.15)
+    assert starvation == pytest.approx(starvation_seen, abs=0.08)
 
 
 def recorded(prometheus: Prometheus, rule: str, pod: str) -> float:

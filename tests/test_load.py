@@ -106,10 +106,12 @@ def test_many_scrapers_and_idle_connections(capsys):
             idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         latencies: list[float] = []
         statuses: list[int | str] = []
+        answered = [0] * 50  # responses per scraper
         lock = threading.Lock()
         deadline = time.time() + LOAD_SECONDS
+        passes_before = passes(port)
 
-        def scraper() -> None:
+        def scraper(index: int) -> None:
             while time.time() < deadline:
                 began = time.perf_counter()
                 try:
@@ -120,8 +122,9 @@ def test_many_scrapers_and_idle_connections(capsys):
                 with lock:
                     statuses.append(status)
                     latencies.append(elapsed * 1000)
+                    answered[index] += 1
 
-        threads = [threading.Thread(target=scraper) for _ in range(50)]
+        threads = [threading.Thread(target=scraper, args=(i,)) for i in range(50)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -140,6 +143,9 @@ def test_many_scrapers_and_idle_connections(capsys):
             f"{quantiles[89]:.1f} ms, p99 {quantiles[98]:.1f} ms, max {max(latencies):.1f} ms; "
             f"passes meanwhile {passes_done:.0f}"
         )
+    # Properties, not speeds (the latencies above are printed for people): every scrape
+    # answered 200, every scraper was answered again and again (none starved by the idle
+    # connections or the others), and passes went on meanwhile.
     assert set(statuses) == {200}
-    assert len(latencies) >= 50 * LOAD_SECONDS / 2  # nobody was blocked for long
-    assert passes_done >= LOAD_SECONDS / 2  # passes kept running
+    assert min(answered) >= 3, answered
+    assert passes_done >= passes_before + 2

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from types import MappingProxyType
 
@@ -192,22 +191,25 @@ def test_wants_openmetrics():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signals_stop_it_cleanly_within_a_second(signum):
+def test_signals_stop_it_cleanly(signum):
+    """A signal ends serve with status 0 and its "stopping" line, the listener closed (no
+    bound on how long: the main loop checks every 0.5 s, the HTTP loop every 0.2 s, and a
+    loaded machine may add to both; the wait below only guards against a hang)."""
     port = free_port()
     process = start_serve(port, interval="0.5")
     try:
         wait_until(lambda: request(port, "/healthz")[0] == 200, 20, "healthy")
-        began = time.monotonic()
         process.send_signal(signum)
-        process.wait(timeout=5)
-        elapsed = time.monotonic() - began
+        process.wait(timeout=30)
     finally:
         process.kill()
         process.wait()
     assert process.returncode == 0
-    assert elapsed < 1.0
     stderr = process.stderr.read()
     assert "Traceback" not in stderr and "starting procdelta" in stderr
+    assert "stopping" in stderr
+    with pytest.raises(OSError):
+        request(port, "/healthz")
 
 
 def run_serve(*args: str) -> subprocess.CompletedProcess:
