@@ -159,6 +159,29 @@ def synthetic_table(
             time.sleep(0.1)
 
 
+PID_MAX = "/proc/sys/kernel/pid_max"
+
+
+@contextlib.contextmanager
+def pid_room(tasks: int, path: str = PID_MAX) -> Iterator[None]:
+    """Room in the PID space for `tasks` more tasks (every thread takes a PID): where
+    `kernel.pid_max` is below twice what the table and the machine need, it is raised
+    for the table's span and restored after (a 15k-thread table on a host left at
+    32768 would otherwise fail to fork or wrap PIDs mid-measure)."""
+    current = int(_read(path))
+    wanted = 2 * (tasks + _task_count())
+    if current >= wanted:
+        yield
+        return
+    with open(path, "w") as out:
+        out.write(str(wanted))
+    try:
+        yield
+    finally:
+        with open(path, "w") as out:
+            out.write(str(current))
+
+
 def _task_count() -> int:
     return int(_read("/proc/loadavg").split()[3].split(b"/")[1])
 
@@ -197,6 +220,8 @@ def process_exporter() -> Iterator[tuple[int, int] | None]:
                 _scrape(port)
                 break
             time.sleep(0.1)
+        # one that never answered is measured anyway: its first scrape fails, and the
+        # table says so (`failed`) instead of stopping the bench
         yield exporter.pid, port
     finally:
         exporter.kill()
@@ -222,6 +247,7 @@ class TableResult:
     naive: Sample
     ratios: list[float]  # procdelta's CPU over the floor's, round by round
     exporter_cpu: float | None
+    exporter_failed: str | None = None  # why the exporter's scrapes were given up
 
 
 def bench_table(
@@ -240,6 +266,7 @@ def bench_table(
         (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
     )
     with (
+        pid_room(processes * 3),  # 10% of processes with 20 threads: ~2.9 tasks each
         pod_cgroups(pods) as pods_file,
         synthetic_table(processes, mode, pods_file=pods_file),
         process_exporter() as exporter,
@@ -252,6 +279,7 @@ def bench_table(
         ours: list[list[Sample]] = [[] for _ in engines]
         naive: list[Sample] = []
         exporter_cpu: list[float] = []
+        exporter_failed: str | None = None
         seen = (0, 0)
         for round_ in range(rounds):
             time.sleep(pause)
@@ -263,10 +291,14 @@ def bench_table(
             shift = round_ % len(steps)
             for step in steps[shift:] + steps[:shift]:
                 step()
-            if exporter is not None:
+            if exporter is not None and exporter_failed is None:
                 before = _thread_cpu_ns(exporter[0])
-                _scrape(exporter[1])
-                exporter_cpu.append((_thread_cpu_ns(exporter[0]) - before) / 1e9)
+                try:
+                    _scrape(exporter[1])
+                except OSError as error:  # refused, reset, timed out: it did not keep up
+                    exporter_failed = f"{type(error).__name__} in round {round_ + 1}"
+                else:
+                    exporter_cpu.append((_thread_cpu_ns(exporter[0]) - before) / 1e9)
             seen = naive_pass()
     floor = Sample(
         statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)
@@ -282,7 +314,8 @@ def bench_table(
             ),
             floor,
             [a.cpu / b.cpu for a, b in zip(samples, naive, strict=True)],
-            statistics.median(exporter_cpu) if exporter_cpu else None,
+            None if exporter_failed else statistics.median(exporter_cpu) if exporter_cpu else None,
+            exporter_failed,
         )
         for (label, _), samples in zip(variants, ours, strict=True)
     ]
@@ -385,7 +418,42 @@ def _variants(name: str, without_cgroups: bool) -> tuple[tuple[str, Options], ..
     return tuple(variants)
 
 
-def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
+def run(
+    rounds: int,
+    pause: float,
+    quick: bool,
+    echo: Callable[[str], None],
+    output: str | None = None,
+) -> None:
+    """Every table, echoed line by line; with `output`, the report is also written there
+    as Markdown (the machine, the command, the table), the one place it is kept."""
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        echo(line)
+
+    _run(rounds, pause, quick, say)
+    if output is not None:
+        with open(output, "w") as out:
+            out.write(report(lines, rounds, pause, quick))
+
+
+def report(lines: list[str], rounds: int, pause: float, quick: bool) -> str:
+    """The bench's output as a Markdown page: when, on what, by which command."""
+    uname = os.uname()
+    command = f"procdelta bench --rounds {rounds} --pause {pause:g}" + (" --quick" if quick else "")
+    return (
+        "# procdelta bench: the latest recorded run\n\n"
+        f"Written by `{command} --output docs/bench.md` on "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}: Linux {uname.release}, "
+        f"{os.cpu_count()} CPUs, pid_max {int(_read(PID_MAX))}. The README's "
+        '"Performance" explains the tables; read the ratios (each round\'s pass over the '
+        "same round's floor), not the absolute times.\n\n```\n" + "\n".join(lines) + "\n```\n"
+    )
+
+
+def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
     # (name, processes, mode, pods, variants): a pods table spreads the processes over pod
     # cgroups laid out as kubelet does (in every hierarchy); `mixed:10` runs the
     # processes of 10 of them and leaves the others idle
@@ -394,6 +462,8 @@ def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> 
         ("busy N=1000", 1000, "busy", 0, None),
         ("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True)),
         ("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False)),
+        ("default N=5000", 5000, "idle", 0, None),
+        ("busy N=5000", 5000, "busy", 0, None),
         ("pods10 N=5000", 5000, "mixed:10", 110, _variants("pods10 N=5000", False)),
         ("default N=200", 200, "idle", 0, None),
         ("busy N=200", 200, "busy", 0, None),
@@ -417,9 +487,14 @@ def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> 
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
+    failures = []
     for name, processes, mode, pods, variants in tables:
         for result in bench_table(name, processes, mode, rounds, pause, pods, variants):
             _echo_row(result, echo)
+            if result.exporter_failed:
+                failures.append(f"{result.name}: {result.exporter_failed}")
+    for failure in failures:
+        echo(f"prometheus-process-exporter could not keep up ({failure}): its scrapes stopped")
     if not quick:
         echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
     latencies = metrics_latency()
@@ -432,11 +507,12 @@ def run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> 
 def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
     ours, naive = result.procdelta, result.naive
     spread = f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
-    exporter = (
-        f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
-        if result.exporter_cpu is not None
-        else f"{'-':>8} {'-':>9}"
-    )
+    if result.exporter_failed:
+        exporter = f"{'failed':>8} {'-':>9}"
+    elif result.exporter_cpu is not None:
+        exporter = f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
+    else:
+        exporter = f"{'-':>8} {'-':>9}"
     echo(
         f"{result.name:<21} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
         f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "

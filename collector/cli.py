@@ -367,7 +367,12 @@ def serve(
     help="Seconds between rounds (busy threads move meanwhile).",
 )
 @click.option("--quick", is_flag=True, help="Only the N=200 tables; no RSS run.")
-def bench(rounds: int, pause: float, quick: bool) -> None:
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the report there, as Markdown (the project keeps docs/bench.md).",
+)
+def bench(rounds: int, pause: float, quick: bool, output: str | None) -> None:
     """Measure a pass against the naive floor on synthetic process tables (needs root)."""
     try:
         from collector import bench as benchmark
@@ -377,7 +382,7 @@ def bench(rounds: int, pause: float, quick: bool) -> None:
             "pip install 'procdelta[bench]'"
         ) from None
 
-    benchmark.run(rounds, pause, quick, click.echo)
+    benchmark.run(rounds, pause, quick, click.echo, output)
 
 
 def main(argv: list[str] | None = None) -> None:

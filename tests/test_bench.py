@@ -60,3 +60,31 @@ def test_smoke_bench_pods_table_removes_its_cgroups():
         for procs in line.split("\t"):
             pod = os.path.dirname(os.path.dirname(procs))
             assert not os.path.exists(pod), pod
+
+
+def test_pid_room_raises_pid_max_for_a_big_table_and_restores_it(tmp_path):
+    from collector.bench import _task_count, pid_room
+
+    pid_max = tmp_path / "pid_max"
+    pid_max.write_text("32768\n")
+    with pid_room(15000, path=str(pid_max)):
+        raised = int(pid_max.read_text())
+        assert raised >= 2 * (15000 + _task_count())
+    assert int(pid_max.read_text()) == 32768
+    pid_max.write_text("4194304\n")
+    with pid_room(15000, path=str(pid_max)):
+        assert pid_max.read_text() == "4194304\n"  # room enough: left alone
+
+
+def test_an_exporter_that_could_not_keep_up_is_a_row_not_a_traceback():
+    from collector.bench import Sample, TableResult, _echo_row
+
+    lines: list[str] = []
+    result = TableResult(
+        "busy N=5000", 5068, 14570, Sample(0.5, 0.6), Sample(0.6, 0.7), [0.8, 0.83, 0.85],
+        None, "ConnectionRefusedError in round 2",
+    )  # fmt: skip
+    _echo_row(result, lines.append)
+    (line,) = lines
+    assert line.split()[-2:] == ["failed", "-"]
+    assert line.split()[-4] == "0.83"  # procdelta's own ratio is still reported
