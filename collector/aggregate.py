@@ -13,7 +13,7 @@ from collector.model import (
     Fields,
     Malformed,
 )
-from collector.reading import Footprint
+from collector.plainread import Footprint
 from collector.tracker import ProcessDelta
 
 

@@ -462,8 +462,9 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         ("busy N=1000", 1000, "busy", 0, None),
         ("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True)),
         ("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False)),
+        # (no busy N=5000: 14.5k threads waking every 100 ms saturate a small machine,
+        # and a pass would measure the run queue, not itself)
         ("default N=5000", 5000, "idle", 0, None),
-        ("busy N=5000", 5000, "busy", 0, None),
         ("pods10 N=5000", 5000, "mixed:10", 110, _variants("pods10 N=5000", False)),
         ("default N=200", 200, "idle", 0, None),
         ("busy N=200", 200, "busy", 0, None),

@@ -1,22 +1,21 @@
-"""One pass over the process table: `ProcFS` bytes in, typed readings out.
+"""The incremental reader: a pass that reads less on the evidence of the last one.
 
-A process is read whole or not at all: `stat` (the start time and the instant of the
-reading come from the same moment), `cgroup`, then every thread's `schedstat`,
-`status` and `io`. A process that vanishes mid-read is counted as vanished; one that
-cannot be read (permission, malformed text) as unreadable. Neither stops the pass.
+What a reading is, is defined by the plain reader (collector/plainread.py): every file
+of every process. This reader keeps what the last pass saw of each process (`_Seen`)
+and skips a read where a kernel fact proves its answer unchanged. Each shortcut is one
+predicate below, its docstring the fact it rests on; `Reader` only applies them. The
+readings equal the plain reader's (tests/test_incremental.py, tests/test_quiet_cgroups.py)
+but for the periodic refreshes and the kernel timing said at `in_quiet_cgroup`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import NamedTuple
 
 from collector.model import (
-    AccessDenied,
     IOBytes,
     ProcError,
     ProcessGone,
@@ -32,38 +31,18 @@ from collector.parse import (
     parse_stat,
     parse_status_switches,
 )
+from collector.plainread import (
+    Clock,
+    Footprint,
+    PassReadings,
+    Unreadable,
+    boottime_ns,
+    collect,
+)
 from collector.procfs import ProcFS
 
-log = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-
-
-def boottime_ns() -> int:
-    """CLOCK_BOOTTIME in ns: the clock `/proc/<pid>/stat` start times are counted on."""
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-
-
-class Footprint(NamedTuple):
-    """What a pass saw of a process, delta or not: its cgroup, threads and resident memory."""
-
-    pid: int
-    cgroup: bytes
-    threads: int
-    rss_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class PassReadings:
-    """Everything one pass read. `listed_at_ns` is the instant the pass began listing."""
-
-    listed_at_ns: int
-    processes: tuple[ProcessReading, ...]
-    footprints: tuple[Footprint, ...]
-    vanished: int
-    unreadable: int
-    denied: int
-    carried_by_cgroup: int = 0  # processes carried over unread: their cgroup was quiet
+__all__ = ["CGROUP_REVALIDATE_PASSES", "Footprint", "PassReadings", "Reader", "Unreadable",
+           "boottime_ns"]  # fmt: skip
 
 
 class _ThreadSeen(NamedTuple):
@@ -85,30 +64,81 @@ class _Seen(NamedTuple):
     io_totals: IOBytes | None  # the process's own `io`, read before its threads, if read
 
 
-@dataclass(slots=True)
-class _Early:
-    """What an attempt at reading a process as quiet read before it gave up."""
+class _Probe(NamedTuple):
+    """What a look at a maybe-quiet process read: its thread listing (None for a lone
+    leader), the schedstat of each thread read before the look stopped, and whether it
+    proved the process quiet. A process not proved quiet is read whole, with these."""
 
     listing: list[tuple[int, int]] | None
     schedstats: dict[int, bytes]
+    quiet: bool
 
 
-_NOTHING_EARLY = _Early(None, {})  # never written to: a quiet attempt gets its own
+class _Threads(NamedTuple):
+    """A process's threads as read this pass, and what the next pass needs of them."""
+
+    readings: list[ThreadReading]
+    seen: list[_ThreadSeen]
+    ran: int
+    io_totals: IOBytes | None
 
 
-class Unreadable(ProcError):
-    """A process that could not be read whole; carries what was seen of it, if anything."""
-
-    def __init__(self, footprint: Footprint | None, cause: ProcError):
-        super().__init__(str(cause))
-        self.footprint = footprint
-        self.cause = cause
-
-
+_NO_PROBE = _Probe(None, {}, False)
 _LEADER = -1  # the inode stand-in of a leader known by its process's start time
 
 CGROUP_REVALIDATE_PASSES = 8
-"""A process's cgroup file is re-read at least every this many passes (see `Reader`)."""
+"""A process's cgroup file is re-read at least every this many passes (`cgroup_due`)."""
+
+
+# -- the shortcuts, each the kernel fact it rests on ---------------------------------------
+
+
+def same_thread(old: _ThreadSeen | None, ino: int) -> bool:
+    """The thread listed under `task/<tid>` with inode `ino` is the one seen last pass.
+
+    Kernel fact: procfs gives each `task/<tid>` directory a fresh inode number when it
+    creates the thread (`ProcFS.threads`), so the same TID under the same inode is the
+    same thread, not a reuse of its TID: its start time is known, its `stat` not read.
+    """
+    return old is not None and old.ino == ino
+
+
+def did_not_run(old: _ThreadSeen, schedstat: bytes) -> bool:
+    """The thread neither ran nor waited since last pass: its reading stands.
+
+    Kernel fact: `schedstat` holds the thread's on-CPU time, run delay and run count,
+    each only growing; the same bytes mean none moved, so nothing charged to the thread
+    (switches, storage bytes) moved either.
+    """
+    return old.schedstat == schedstat
+
+
+def only_waited(before: ThreadReading, on_cpu_ns: int, timeslices: int) -> bool:
+    """The thread has not run since last pass (its run delay may have grown).
+
+    Kernel fact: context switches and storage bytes are counted in the thread's own
+    context, which needs it on a CPU; with its on-CPU time and run count unchanged it
+    was not, so its `status` and `io` are not read.
+    """
+    return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices
+
+
+def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
+    """No thread of the process moved a storage byte since last pass.
+
+    Kernel fact: a process's own `io` is the sum of its live threads', its exited
+    threads' and its reaped children's, all counters that only grow; equal totals mean
+    none grew. (The totals are read before any thread, so every thread reading kept last
+    pass is later than last pass's totals.)
+    """
+    return io_totals is not None and io_totals == previous.io_totals
+
+
+def cgroup_due(pid: int, passes: int) -> bool:
+    """This pass re-reads the process's `cgroup` (and, for a carried process, its
+    `stat`): every `CGROUP_REVALIDATE_PASSES` passes, staggered by PID. A process moved
+    to another cgroup later in its life is seen there within that many passes."""
+    return not (pid + passes) % CGROUP_REVALIDATE_PASSES
 
 
 def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
@@ -133,198 +163,140 @@ def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
 
 
 class Reader:
-    """Reads every process of a `ProcFS`, stamping each reading with `clock()`.
+    """Reads every process of a `ProcFS`, stamping each reading with `clock()`, reading
+    less where a shortcut above proves the answer:
 
-    Incremental by default: it keeps the previous pass's readings and reads less where
-    the kernel's counters prove nothing changed, with results identical to a full read:
-
-    * A thread listed under the same `task/<tid>` inode as last pass is the same thread
-      (see `ProcFS.threads`): its start time is known, its `stat` is not read again.
-    * A thread whose schedstat (on-CPU time and run count) did not move has not run, so
-      its context switches and I/O bytes cannot have moved (they are counted only in the
-      thread's own context): its `status` and `io` are not read again.
-    * A process whose threads ran in the last pass has its own `io` read before its
-      threads: the kernel sums it from every live thread plus the threads that exited
-      and the children reaped, all of them counters that only grow, so if it equals the
-      last pass's, no thread's storage bytes moved and threads that ran keep theirs
-      (the thread readings it is compared against were all taken after it, last pass).
-    * A process's `cgroup` is read at its first two sightings (a new process may be moved
-      into its container's cgroup just after it starts) and then every
-      `CGROUP_REVALIDATE_PASSES` passes, staggered by PID, instead of every pass.
-      A process migrated to another cgroup later in its life is seen there within that
-      many passes.
+    * A thread: `same_thread` (its `stat` not read), `did_not_run` (nothing more read),
+      `only_waited` (its `status` and `io` not read), `io_unmoved` (its `io` not read).
     * A quiet process — listed under the same `<pid>` inode, none of its threads ran in
-      the last pass, the same threads now and none of their schedstat moved — has not
-      run: its `stat` counters (CPU ticks, faults, thread count) cannot have moved, and
-      its `stat` is not read; its reading is the last one at a new instant. Its resident
-      memory (which reclaim can shrink while it sleeps) and its name are refreshed with
-      its cgroup, every `CGROUP_REVALIDATE_PASSES` passes.
-    * A process in a quiet cgroup (`read_pass(quiet=…)`, see `in_quiet_cgroup`) is
-      carried over the same way, without reading any of its files; its periodic refresh
-      reads its `stat` and `cgroup` only, its threads carried.
-
-    Those two refreshes are the only places it can lag a full read, with one kernel
-    timing said at `in_quiet_cgroup`.
-
-    `incremental=False` reads every file every pass (the tests compare the two).
+      the last pass, the same threads now and each `did_not_run` — has not run: its
+      `stat` counters cannot have moved, and its reading is the last one at a new
+      instant (`_probe`, `_carry`).
+    * A process in a quiet cgroup (`read_pass(quiet=…)`, `in_quiet_cgroup`) is carried
+      the same way without reading any file.
+    * A process's `cgroup` is read at its first two sightings (a new process may be moved
+      into its container's cgroup just after it starts), then when `cgroup_due`. A
+      carried process is refreshed then too: its resident memory (which reclaim can
+      shrink while it sleeps) and its name from its `stat` (`_refresh`).
     """
 
-    def __init__(
-        self,
-        procfs: ProcFS,
-        clock: Clock = boottime_ns,
-        page_size: int | None = None,
-        incremental: bool = True,
-    ):
+    def __init__(self, procfs: ProcFS, clock: Clock = boottime_ns, page_size: int | None = None):
         self.procfs = procfs
         self.clock = clock
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
-        self.incremental = incremental
         self._previous: dict[int, _Seen] = {}
         self._confirmed: set[int] = set()  # PIDs whose cgroup read the same twice running
         self._passes = 0
-        self._quiet: Callable[[bytes], bool] | None = None
-        self._carried = 0  # processes carried over by a quiet cgroup, this pass
 
     def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
         """Every process listed now. `quiet(cgroup_text)` says whether a process whose
         cgroup file reads so is in a cgroup that has not run since the previous pass (see
         `in_quiet_cgroup`); its known processes are then carried over unread."""
         self._passes += 1
-        self._quiet = quiet if self.incremental else None
-        listed_at = self.clock()
-        listed = self.procfs.processes()
-        readings: list[ProcessReading] = []
-        footprints: list[Footprint] = []
-        vanished = unreadable = denied = 0
-        previous_pass = self._previous if self.incremental else {}
-        confirmed_before, self._confirmed = self._confirmed, set()
+        previous_pass, confirmed_before = self._previous, self._confirmed
         current: dict[int, _Seen] = {}
-        for pid, ino in listed:
-            try:
-                seen = self._read_process(pid, ino, previous_pass.get(pid), pid in confirmed_before)
-            except ProcessGone:
-                vanished += 1
-                continue
-            except Unreadable as error:
-                unreadable += 1
-                if isinstance(error.cause, AccessDenied):
-                    denied += 1
-                else:
-                    log.debug("pid %d unreadable: %s", pid, error.cause)
-                if error.footprint is not None:
-                    footprints.append(error.footprint)
-                continue
-            reading = seen.reading
-            readings.append(reading)
-            current[pid] = seen
-            footprints.append(
-                build(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
+        confirmed: set[int] = set()
+        carried = 0
+
+        def read(pid: int, ino: int) -> ProcessReading:
+            nonlocal carried
+            seen, cgroup_confirmed, was_carried = self._read_process(
+                pid, ino, previous_pass.get(pid), pid in confirmed_before, quiet
             )
-        self._previous = current
-        carried, self._carried = self._carried, 0
-        return PassReadings(
-            listed_at_ns=listed_at,
-            processes=tuple(readings),
-            footprints=tuple(footprints),
-            vanished=vanished,
-            unreadable=unreadable,
-            denied=denied,
-            carried_by_cgroup=carried,
-        )
+            current[pid] = seen
+            if cgroup_confirmed:
+                confirmed.add(pid)
+            carried += was_carried
+            return seen.reading
+
+        listed_at = self.clock()
+        readings = collect(listed_at, self.procfs.processes(), read)
+        self._previous, self._confirmed = current, confirmed
+        return replace(readings, carried_by_cgroup=carried) if carried else readings
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
-        return self._read_process(pid, 0, None, False).reading
+        return self._read_process(pid, 0, None, False, None)[0].reading
 
-    def _read_process(self, pid: int, ino: int, previous: _Seen | None, confirmed: bool) -> _Seen:
-        """`previous` is what the last pass saw of this PID; used only for the same process."""
-        procfs = self.procfs
-        revalidate = not (pid + self._passes) % CGROUP_REVALIDATE_PASSES
-        early = _NOTHING_EARLY
-        if (
-            previous is not None
-            and previous.ino == ino
-            and confirmed
-            and self._quiet is not None
-            and in_quiet_cgroup(previous, self._quiet)
-        ):
-            carried = self._refresh(pid, previous) if revalidate else self._carry(pid, previous)
+    def _read_process(
+        self,
+        pid: int,
+        ino: int,
+        previous: _Seen | None,
+        confirmed: bool,
+        quiet: Callable[[bytes], bool] | None,
+    ) -> tuple[_Seen, bool, bool]:
+        """This pass's sighting of a process, whether its cgroup is now confirmed (read
+        the same twice running, or carried since), and whether its quiet cgroup carried
+        it. `previous`: what the last pass saw of this PID."""
+        due = cgroup_due(pid, self._passes)
+        known = previous is not None and previous.ino == ino and confirmed
+        if known and quiet is not None and in_quiet_cgroup(previous, quiet):
+            carried = self._refresh(pid, previous) if due else self._carry(pid, previous)
             if carried is not None:
-                self._confirmed.add(pid)
-                self._carried += 1
-                return carried
-        if (
-            previous is not None
-            and previous.ino == ino
-            and not previous.ran
-            and confirmed
-            and not revalidate
-        ):
-            early = _Early(None, {})
-            quiet = self._read_quiet(pid, previous, early)
-            if quiet is not None:
-                self._confirmed.add(pid)
-                return quiet
+                return carried, True, True
+        probe = _NO_PROBE
+        if known and not due and not previous.ran:
+            probe = self._probe(pid, previous)
+            if probe.quiet:
+                return self._carry(pid, previous), True, False
+        procfs = self.procfs
         try:
             stat = parse_stat(procfs.process_file(pid, "stat"))
             at_ns = self.clock()
             if previous is not None and previous.reading.start_ticks != stat.start_ticks:
-                previous = None
-            if previous is not None and confirmed and not revalidate:
-                cgroup = previous.reading.cgroup
-                self._confirmed.add(pid)
+                previous = None  # another process under this PID
+            if previous is not None and confirmed and not due:
+                cgroup, cgroup_confirmed = previous.reading.cgroup, True
             else:
                 cgroup = procfs.process_file(pid, "cgroup")
-                if previous is not None and previous.reading.cgroup == cgroup:
-                    self._confirmed.add(pid)
+                cgroup_confirmed = previous is not None and previous.reading.cgroup == cgroup
         except ProcessGone:
             raise
         except ProcError as error:
             raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
-            threads, memo, ran, io_totals = self._read_threads(pid, stat, previous, early)
+            threads = self._read_threads(pid, stat, previous, probe)
         except ProcessGone:
             raise
         except ProcError as error:
             raise Unreadable(Footprint(pid, cgroup, stat.num_threads, rss_bytes), error) from None
-        if not threads:
+        if not threads.readings:
             raise ProcessGone(f"pid {pid}: every thread exited mid-read")
         reading = build(
             ProcessReading,
             (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
-             stat.major_faults, rss_bytes, cgroup, tuple(threads)),
+             stat.major_faults, rss_bytes, cgroup, tuple(threads.readings)),
         )  # fmt: skip
-        return build(_Seen, (ino, reading, memo, ran, io_totals))
+        seen = build(_Seen, (ino, reading, threads.seen, threads.ran, threads.io_totals))
+        return seen, cgroup_confirmed, False
 
-    def _read_quiet(self, pid: int, previous: _Seen, early: _Early) -> _Seen | None:
-        """The last pass's reading at a new instant if the process has not run since
-        (the same threads, no schedstat moved); None if it may have: read it whole,
-        with what `early` kept of this attempt (its listing, the schedstats read)."""
+    def _probe(self, pid: int, previous: _Seen) -> _Probe:
+        """Whether a process none of whose threads ran last pass is still quiet: the
+        same threads under the same inodes (`same_thread`; both lists in TID order) and
+        each `did_not_run`. A lone leader that did not run started no thread: its
+        `task/` is not listed."""
         known = previous.threads
+        listing = None
+        schedstats: dict[int, bytes] = {}
         try:
             if len(known) != 1 or known[0].ino != _LEADER:
-                # Not a lone leader: the same threads, under the same inodes, or no
-                # (both lists in TID order).
-                listing = early.listing = self.procfs.threads(pid)
-                if len(listing) != len(known):
-                    return None
-                for (tid, ino), old in zip(listing, known, strict=True):
-                    if old.tid != tid or old.ino != ino:
-                        return None
-            # (A lone leader that did not run started no thread: no listing needed.)
+                listing = self.procfs.threads(pid)
+                if len(listing) != len(known) or not all(
+                    old.tid == tid and same_thread(old, ino)
+                    for (tid, ino), old in zip(listing, known, strict=True)
+                ):
+                    return _Probe(listing, schedstats, False)
             read = self.procfs.read
             task = self.procfs.task_dir(pid)
-            schedstats = early.schedstats
             for old in known:
-                tid = old.tid
-                raw = schedstats[tid] = read(b"%s%d/schedstat" % (task, tid))
-                if raw != old.schedstat:
-                    return None
-        except ProcError:
-            return None  # gone, refused or malformed: the whole read says which
-        return self._carry(pid, previous)
+                raw = schedstats[old.tid] = read(b"%s%d/schedstat" % (task, old.tid))
+                if not did_not_run(old, raw):
+                    return _Probe(listing, schedstats, False)
+        except ProcError:  # gone, refused or malformed: the whole read says which
+            return _Probe(listing, schedstats, False)
+        return _Probe(listing, schedstats, True)
 
     def _refresh(self, pid: int, previous: _Seen) -> _Seen | None:
         """The periodic refresh of a process carried by its quiet cgroup: its `stat` (for
@@ -366,14 +338,11 @@ class Reader:
         return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     def _read_threads(
-        self, pid: int, stat: Stat, previous: _Seen | None, early: _Early
-    ) -> tuple[list[ThreadReading], list[_ThreadSeen], int, IOBytes | None]:
+        self, pid: int, stat: Stat, previous: _Seen | None, probe: _Probe
+    ) -> _Threads:
         """Every thread of a process; the hot loop of a pass, so written for speed.
 
-        Returns the thread readings and what the next pass needs: the threads seen, how
-        many had run, and the process's `io` totals if they were read. What a failed
-        quiet attempt read this pass (`early`) is used, not read again.
-
+        What a probe read this pass (its listing, its schedstats) is used, not read again.
         A process whose `stat` counts one thread is its own only thread, the leader, known
         by the process's start time: its `task/` directory is not listed. (A thread born
         just after that `stat` read is seen from the next pass, as any mid-read birth.)
@@ -381,35 +350,29 @@ class Reader:
         procfs = self.procfs
         read = procfs.read
         task = procfs.task_dir(pid)
-        keep = self.incremental
-        threads: list[ThreadReading] = []
+        readings: list[ThreadReading] = []
         memo: list[_ThreadSeen] = []
         process_start = stat.start_ticks
-        # After a failed quiet attempt, its listing and schedstats are not read again.
-        # (Such an attempt never comes with `io` totals, read only after a pass where
-        # threads ran: their order, totals before any thread, holds.)
         if stat.num_threads == 1:
             listing = [(pid, _LEADER)]
         else:
-            listing = early.listing or procfs.threads(pid)
-        schedstats = early.schedstats
+            listing = probe.listing or procfs.threads(pid)
+        schedstats = probe.schedstats
         if previous is None:
             known: list[_ThreadSeen] = []
             io_totals = None
-            io_still = False
+            keep_io = False
         else:
             known = previous.threads
-            # Read before any thread, so that every thread reading kept this pass is
-            # later than these totals. Next pass, equal totals then prove that nothing
-            # grew since: a thread's kept bytes (read later than the totals, or carried
-            # since, unmoved) are still its bytes. Read only for processes whose threads
-            # ran last pass, where it can save an `io` read per thread.
+            # Read before any thread (see `io_unmoved`), and only for processes whose
+            # threads ran last pass, where it can save an `io` read per thread. A probe
+            # never precedes it: a probed process had no thread that ran.
             io_totals = (
                 parse_io(procfs.process_file(pid, "io"))
                 if previous.ran > 1 and len(listing) > 1
                 else None
             )
-            io_still = io_totals is not None and io_totals == previous.io_totals
+            keep_io = io_unmoved(io_totals, previous)
         ran = 0
         by_tid: dict[int, _ThreadSeen] | None = None  # made on the first misplaced thread
         count = len(known)
@@ -425,9 +388,9 @@ class Reader:
                     if by_tid is None:
                         by_tid = {seen.tid: seen for seen in known}
                     old = by_tid.get(tid)
-                if old is not None and old.ino == ino:  # the same thread as last pass
-                    if old.schedstat == raw:  # not run, not waited: nothing moved
-                        threads.append(old.reading)
+                if same_thread(old, ino):
+                    if did_not_run(old, raw):
+                        readings.append(old.reading)
                         memo.append(old)
                         continue
                     before = old.reading
@@ -437,21 +400,14 @@ class Reader:
                     # The leader's start time is the process's own: no second `stat` read.
                     start = process_start if tid == pid else parse_start_ticks(read(base + b"stat"))
                 on_cpu, run_delay, timeslices = parse_schedstat(raw)
-                if (
-                    before is not None
-                    and before.on_cpu_ns == on_cpu
-                    and before.timeslices == timeslices
-                ):
-                    # It has not run since (only waited): switches and I/O cannot have moved.
-                    voluntary, nonvoluntary = (
-                        before.voluntary_switches,
-                        before.nonvoluntary_switches,
-                    )
+                if before is not None and only_waited(before, on_cpu, timeslices):
+                    voluntary = before.voluntary_switches
+                    nonvoluntary = before.nonvoluntary_switches
                     read_bytes, write_bytes = before.read_bytes, before.write_bytes
                 else:
                     ran += 1
                     voluntary, nonvoluntary = parse_status_switches(read(base + b"status"))
-                    if io_still and before is not None:
+                    if keep_io and before is not None:
                         read_bytes, write_bytes = before.read_bytes, before.write_bytes
                     else:
                         read_bytes, write_bytes = parse_io(read(base + b"io"))
@@ -462,7 +418,6 @@ class Reader:
                 )  # fmt: skip
             except ProcessGone:
                 continue  # a thread that exits mid-read is simply not seen this pass
-            threads.append(reading)
-            if keep:
-                memo.append(build(_ThreadSeen, (tid, ino, raw, reading)))
-        return threads, memo, ran, io_totals
+            readings.append(reading)
+            memo.append(build(_ThreadSeen, (tid, ino, raw, reading)))
+        return build(_Threads, (readings, memo, ran, io_totals))

@@ -15,8 +15,9 @@ from collector.cgroupfs import CgroupFS
 from collector.engine import Engine
 from collector.exposition import Shapes
 from collector.groups import Grouper, PodNames
+from collector.plainread import boottime_ns
 from collector.procfs import ProcFS
-from collector.reading import Reader, boottime_ns
+from collector.reading import Reader
 from collector.tracker import Tracker
 
 

@@ -1,4 +1,6 @@
-"""The incremental reader reads less, and its readings are identical to a full read.
+"""The incremental reader (collector/reading.py) reads less, and its readings are
+identical to the plain reader's (collector/plainread.py), independent code that reads
+every file every pass.
 
 Over a fixture tree changed in place (as the kernel changes /proc: a thread that has not
 run keeps its schedstat, a reused TID gets a new directory) and over a live workload in
@@ -19,6 +21,7 @@ from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine
 from collector.groups import Grouper, PodNames
+from collector.plainread import PlainReader
 from collector.procfs import ProcFS
 from collector.reading import CGROUP_REVALIDATE_PASSES, Reader
 from collector.tracker import Tracker
@@ -57,7 +60,7 @@ def comparable(readings) -> dict:
 
 
 def both(root: str):
-    full = Reader(ProcFS(root), clock=lambda: 0, page_size=4096, incremental=False)
+    full = PlainReader(ProcFS(root), clock=lambda: 0, page_size=4096)
     fast_fs = CountingProcFS(root)
     fast = Reader(fast_fs, clock=lambda: 0, page_size=4096)
     return full, fast, fast_fs
@@ -105,7 +108,8 @@ def test_fixture_tree_changed_in_place(tmp_path):
     # 400 exits and a new process gets its PID, its schedstat by chance the same bytes:
     # a new `<pid>` directory (a new inode number), so it is not taken for the old one.
     shutil.copytree(root / "400", root / "new400")
-    write(root / "new400/stat", (root / "400/stat").read_text().replace(" 1500 ", " 100070 "))
+    for stat in ("new400/stat", "new400/task/400/stat"):  # the leader's start is the process's
+        write(root / stat, (root / "400/stat").read_text().replace(" 1500 ", " 100070 "))
     shutil.rmtree(root / "400")
     os.rename(root / "new400", root / "400")
     fast_fs.stat_read.clear()
@@ -254,7 +258,7 @@ def test_live_pods_an_idle_one_is_not_read_and_all_are_identical_to_a_full_read(
 
         def engine(procfs, fast: bool) -> Engine:
             return Engine(
-                Reader(procfs, page_size=4096, incremental=fast),
+                Reader(procfs, page_size=4096) if fast else PlainReader(procfs, page_size=4096),
                 Tracker(100),
                 Grouper(PodNames(str(tmp_path), str(tmp_path))),
                 Totals(),

@@ -37,9 +37,11 @@ PINNED = {
         "tid", "start_ticks", "on_cpu_ns", "run_delay_ns", "timeslices", "voluntary_switches",
         "nonvoluntary_switches", "read_bytes", "write_bytes",
     ),
-    "collector.reading.Footprint": ("pid", "cgroup", "threads", "rss_bytes"),
+    "collector.plainread.Footprint": ("pid", "cgroup", "threads", "rss_bytes"),
+    "collector.reading._Probe": ("listing", "schedstats", "quiet"),
     "collector.reading._Seen": ("ino", "reading", "threads", "ran", "io_totals"),
     "collector.reading._ThreadSeen": ("tid", "ino", "schedstat", "reading"),
+    "collector.reading._Threads": ("readings", "seen", "ran", "io_totals"),
     "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).

@@ -19,6 +19,7 @@ from collector.cgroupfs import CgroupFS
 from collector.engine import Engine, PassResult
 from collector.exporter import PassLoop
 from collector.groups import Grouper, PodNames
+from collector.plainread import PlainReader
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
@@ -83,7 +84,11 @@ class Node:
     def engine(self, fast: bool, clock: ScriptedClock) -> tuple[Engine, CountingProcFS | None]:
         procfs = CountingProcFS(str(self.proc)) if fast else ProcFS(str(self.proc))
         engine = Engine(
-            Capturing(Reader(procfs, clock=clock, page_size=4096, incremental=fast)),
+            Capturing(
+                Reader(procfs, clock=clock, page_size=4096)
+                if fast
+                else PlainReader(procfs, clock=clock, page_size=4096)
+            ),
             Tracker(hz=100),
             Grouper(PodNames("/nonexistent", "/nonexistent")),
             Totals(),
