@@ -60,25 +60,24 @@ def test_no_module_imports_itself_back():
     assert [c for c in cycles if c] == []
 
 
+def without_psutil(*lines: str) -> subprocess.CompletedProcess:
+    """Python lines run in a fresh interpreter where `import psutil` fails."""
+    code = "\n".join(("import sys; sys.modules['psutil'] = None", *lines))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+
+
 def test_the_collector_never_loads_the_benchmark_or_psutil():
-    """What `serve` and `once` import, in a fresh interpreter with psutil hidden."""
-    code = (
-        "import sys; sys.modules['psutil'] = None\n"
-        "import collector.cli, collector.exporter, collector.output, collector.webconfig\n"
-        "print(sorted({'collector.bench', 'collector.synthetic'} & set(sys.modules)))\n"
+    """What `serve` and `once` import."""
+    result = without_psutil(
+        "import collector.cli, collector.exporter, collector.output, collector.webconfig",
+        "print(sorted({'collector.bench', 'collector.synthetic'} & set(sys.modules)))",
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
 def test_bench_without_psutil_says_which_extra_in_one_line():
-    code = (
-        "import sys; sys.modules['psutil'] = None\n"
-        "from collector.cli import main\n"
-        "main(['bench', '--quick'])\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    result = without_psutil("from collector.cli import main", "main(['bench', '--quick'])")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert "procdelta[bench]" in result.stderr and "psutil" in result.stderr
