@@ -12,6 +12,7 @@ from collector.model import (
     CgroupFields,
     Fields,
     Malformed,
+    ProcessReading,
 )
 from collector.plainread import Footprint
 from collector.tracker import ProcessDelta
@@ -35,13 +36,22 @@ class Grouped:
 
 
 def group_pass(
-    deltas: Iterable[ProcessDelta], footprints: Iterable[Footprint], grouper: Grouper
+    deltas: Iterable[ProcessDelta],
+    footprints: Iterable[Footprint],
+    grouper: Grouper,
+    carried: Iterable[ProcessReading] = (),
+    carried_deltas: Mapping[bytes, list[int]] | None = None,
 ) -> Grouped:
     """Sum each process's delta and footprint into its group.
 
     Every process read whole has a footprint, so its group is found once, there. A process
     whose cgroup file does not parse is left out of both and reported. For a non-pod group,
     the directories of its own cgroup are taken from its first process (docs/reference.md §7).
+
+    Processes carried over unread (`carried`, their deltas summed by cgroup file in
+    `carried_deltas`, see `Tracker.advance`) are summed by cgroup file first, then into
+    their groups: one group lookup per cgroup, not per process. Their cgroup files parsed
+    when they were last read.
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
@@ -73,6 +83,35 @@ def group_pass(
         if interval is None:
             interval = intervals[group] = Fields()
         interval.add(delta.fields)
+    by_cgroup: dict[bytes, list[int]] = {}  # [processes, threads, rss bytes]
+    for reading in carried:
+        seen = by_cgroup.get(reading.cgroup)
+        if seen is None:
+            seen = by_cgroup[reading.cgroup] = [0, 0, 0]
+        seen[0] += 1
+        seen[1] += len(reading.threads)
+        seen[2] += reading.rss_bytes
+    for cgroup, (processes, threads, rss_bytes) in by_cgroup.items():
+        group = grouper.group_of(cgroup)
+        if group is None:
+            continue
+        footprint = sums.get(group)
+        if footprint is None:
+            footprint = sums[group] = FootprintSums()
+            if group.kind == "cgroup":
+                dirs[group] = grouper.dirs_of(cgroup)
+        footprint.processes += processes
+        footprint.threads += threads
+        footprint.rss_bytes += rss_bytes
+    for cgroup, (processes, observed) in (carried_deltas or {}).items():
+        group = grouper.group_of(cgroup)
+        if group is None:
+            continue
+        interval = intervals.get(group)
+        if interval is None:
+            interval = intervals[group] = Fields()
+        interval.processes += processes
+        interval.observed_nanos += observed
     return Grouped(intervals, sums, malformed, dirs)
 
 

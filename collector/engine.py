@@ -128,8 +128,16 @@ class Engine:
             early = self._read_cgroups(self._known_cgroups())
             readings = self.reader.read_pass(self._quiet(early) if self.skip_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
-            advance = self.tracker.advance(readings.processes, readings.listed_at_ns)
-            grouped = group_pass(advance.deltas, readings.footprints, self.grouper)
+            advance = self.tracker.advance(
+                readings.processes, readings.listed_at_ns, readings.carried
+            )
+            grouped = group_pass(
+                advance.deltas,
+                readings.footprints,
+                self.grouper,
+                readings.carried,
+                advance.carried,
+            )
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
             seen = grouped.footprints.keys() | cgroups.read

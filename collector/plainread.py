@@ -62,12 +62,23 @@ class PassReadings:
     """Everything one pass read. `listed_at_ns` is the instant the pass began listing."""
 
     listed_at_ns: int
-    processes: tuple[ProcessReading, ...]
+    processes: tuple[ProcessReading, ...]  # read (or proved quiet), each with a footprint
     footprints: tuple[Footprint, ...]
     vanished: int
     unreadable: int
     denied: int
-    carried_by_cgroup: int = 0  # processes carried over unread: their cgroup was quiet
+    # Carried over unread, their cgroup quiet: the last readings at this pass's instant.
+    # Their footprints are their own fields (collector/aggregate.py sums them by cgroup).
+    carried: tuple[ProcessReading, ...] = ()
+
+    @property
+    def carried_by_cgroup(self) -> int:
+        return len(self.carried)
+
+    @property
+    def every_process(self) -> tuple[ProcessReading, ...]:
+        """The processes read and the processes carried: what a plain reader reads."""
+        return self.processes + self.carried if self.carried else self.processes
 
 
 class Unreadable(ProcError):

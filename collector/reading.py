@@ -191,28 +191,49 @@ class Reader:
     def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
         """Every process listed now. `quiet(cgroup_text)` says whether a process whose
         cgroup file reads so is in a cgroup that has not run since the previous pass (see
-        `in_quiet_cgroup`); its known processes are then carried over unread."""
+        `in_quiet_cgroup`); its known processes are then carried over unread, all at one
+        instant (any instant of the pass is theirs: nothing of theirs moved in it), and
+        come back apart from the processes read (`PassReadings.carried`)."""
         self._passes += 1
-        previous_pass, confirmed_before = self._previous, self._confirmed
+        passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
         current: dict[int, _Seen] = {}
         confirmed: set[int] = set()
-        carried = 0
 
         def read(pid: int, ino: int) -> ProcessReading:
-            nonlocal carried
-            seen, cgroup_confirmed, was_carried = self._read_process(
+            seen, cgroup_confirmed = self._read_process(
                 pid, ino, previous_pass.get(pid), pid in confirmed_before, quiet
             )
             current[pid] = seen
             if cgroup_confirmed:
                 confirmed.add(pid)
-            carried += was_carried
             return seen.reading
 
         listed_at = self.clock()
-        readings = collect(listed_at, self.procfs.processes(), read)
+        listed = self.procfs.processes()
+        carried: list[ProcessReading] = []
+        if quiet is not None:
+            rest = []
+            at_ns = None  # the carried processes' instant, read at the first of them
+            for pid, ino in listed:
+                previous = previous_pass.get(pid)
+                if (
+                    previous is not None
+                    and previous.ino == ino
+                    and pid in confirmed_before
+                    and not cgroup_due(pid, passes)
+                    and in_quiet_cgroup(previous, quiet)
+                ):
+                    if at_ns is None:
+                        at_ns = self.clock()
+                    seen = current[pid] = self._carry(pid, previous, at_ns)
+                    confirmed.add(pid)
+                    carried.append(seen.reading)
+                else:
+                    rest.append((pid, ino))
+            listed = rest
+        readings = collect(listed_at, listed, read)
         self._previous, self._confirmed = current, confirmed
-        return replace(readings, carried_by_cgroup=carried) if carried else readings
+        return replace(readings, carried=tuple(carried)) if carried else readings
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
@@ -225,21 +246,22 @@ class Reader:
         previous: _Seen | None,
         confirmed: bool,
         quiet: Callable[[bytes], bool] | None,
-    ) -> tuple[_Seen, bool, bool]:
-        """This pass's sighting of a process, whether its cgroup is now confirmed (read
-        the same twice running, or carried since), and whether its quiet cgroup carried
-        it. `previous`: what the last pass saw of this PID."""
+    ) -> tuple[_Seen, bool]:
+        """This pass's sighting of a process, and whether its cgroup is now confirmed
+        (read the same twice running, or carried since). `previous`: what the last pass
+        saw of this PID. (A process of a quiet cgroup not due for its refresh was carried
+        by `read_pass` before this.)"""
         due = cgroup_due(pid, self._passes)
         known = previous is not None and previous.ino == ino and confirmed
-        if known and quiet is not None and in_quiet_cgroup(previous, quiet):
-            carried = self._refresh(pid, previous) if due else self._carry(pid, previous)
-            if carried is not None:
-                return carried, True, True
+        if known and due and quiet is not None and in_quiet_cgroup(previous, quiet):
+            refreshed = self._refresh(pid, previous)
+            if refreshed is not None:
+                return refreshed, True
         probe = _NO_PROBE
         if known and not due and not previous.ran:
             probe = self._probe(pid, previous)
             if probe.quiet:
-                return self._carry(pid, previous), True, False
+                return self._carry(pid, previous, self.clock()), True
         procfs = self.procfs
         try:
             stat = parse_stat(procfs.process_file(pid, "stat"))
@@ -270,7 +292,7 @@ class Reader:
              stat.major_faults, rss_bytes, cgroup, tuple(threads.readings)),
         )  # fmt: skip
         seen = build(_Seen, (ino, reading, threads.seen, threads.ran, threads.io_totals))
-        return seen, cgroup_confirmed, False
+        return seen, cgroup_confirmed
 
     def _probe(self, pid: int, previous: _Seen) -> _Probe:
         """Whether a process none of whose threads ran last pass is still quiet: the
@@ -327,12 +349,13 @@ class Reader:
         )  # fmt: skip
         return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
-    def _carry(self, pid: int, previous: _Seen) -> _Seen:
-        """The last pass's reading of a process that has not run since, at a new instant."""
+    @staticmethod
+    def _carry(pid: int, previous: _Seen, at_ns: int) -> _Seen:
+        """The last pass's reading of a process that has not run since, at instant `at_ns`."""
         last = previous.reading
         reading = build(
             ProcessReading,
-            (pid, last.comm, last.start_ticks, self.clock(), last.utime_ticks,
+            (pid, last.comm, last.start_ticks, at_ns, last.utime_ticks,
              last.stime_ticks, last.major_faults, last.rss_bytes, last.cgroup, last.threads),
         )  # fmt: skip
         return build(_Seen, (previous.ino, reading, previous.threads, 0, None))

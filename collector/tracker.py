@@ -30,6 +30,9 @@ class Advance:
     deltas: list[ProcessDelta] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)
     threads_refused: Counter[str] = field(default_factory=Counter)
+    # Carried processes, summed by the bytes of their cgroup file: [processes, observed
+    # ns]. Each is one delta whose every other field is 0 (nothing of it moved).
+    carried: dict[bytes, list[int]] = field(default_factory=dict)
 
 
 _ThreadSums = tuple[int, int, int, int, int, int]
@@ -78,10 +81,45 @@ class Tracker:
         start_ns = ticks_to_ns(start_ticks, self.hz)
         return previous < start_ns <= at_ns
 
-    def advance(self, readings: Iterable[ProcessReading], listed_at_ns: int) -> Advance:
-        """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`."""
+    def advance(
+        self,
+        readings: Iterable[ProcessReading],
+        listed_at_ns: int,
+        carried: Iterable[ProcessReading] = (),
+    ) -> Advance:
+        """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
+
+        `carried`: readings the reader carried over unread (`PassReadings.carried`): the
+        last ones at a new instant, their very thread readings. Each gives the delta of a
+        process that did not run — processes 1, its observed time, every other field 0 —
+        summed by cgroup file into `Advance.carried` rather than one `ProcessDelta` each;
+        one that is not such a continuation is guarded like any reading."""
         result = Advance()
         cache: dict[int, ProcessReading] = {}
+        previous = self._cache
+        blocks = result.carried
+        others: list[ProcessReading] = []
+        for reading in carried:
+            old = previous.get(reading.pid)
+            if (
+                old is not None
+                and reading.threads is old.threads
+                and reading.start_ticks == old.start_ticks
+                and reading.utime_ticks == old.utime_ticks
+                and reading.stime_ticks == old.stime_ticks
+                and reading.major_faults == old.major_faults
+                and reading.at_ns >= old.at_ns
+            ):
+                cache[reading.pid] = reading
+                block = blocks.get(reading.cgroup)
+                if block is None:
+                    block = blocks[reading.cgroup] = [0, 0]
+                block[0] += 1
+                block[1] += reading.at_ns - old.at_ns
+            else:
+                others.append(reading)
+        if others:
+            readings = [*readings, *others]
         for reading in readings:
             old = self._cache.get(reading.pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks

@@ -286,10 +286,14 @@ def test_live_pods_an_idle_one_is_not_read_and_all_are_identical_to_a_full_read(
                 freeze(busy, False)
             everyone = pids["idle"] | pids["busy"] | pids["once"]
             ours_fast = {
-                p: r for p, r in comparable(captured["fast"][-1].processes).items() if p in everyone
+                p: r
+                for p, r in comparable(captured["fast"][-1].every_process).items()
+                if p in everyone
             }
             ours_full = {
-                p: r for p, r in comparable(captured["full"][-1].processes).items() if p in everyone
+                p: r
+                for p, r in comparable(captured["full"][-1].every_process).items()
+                if p in everyone
             }
             for ours in (ours_fast, ours_full):  # unfrozen and asleep: reclaim may shrink their
                 for pid in pids["idle"] | pids["once"]:  # RSS, kept up to 8 passes when carried

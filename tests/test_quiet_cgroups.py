@@ -120,7 +120,7 @@ def test_idle_groups_are_carried_unread_and_identical_to_a_full_read(tmp_path):
         results.append(fast.run_pass())
         full.run_pass()
         ours, theirs = fast.reader.last, full.reader.last
-        assert comparable(ours.processes) == comparable(theirs.processes)
+        assert comparable(ours.every_process) == comparable(theirs.every_process)
         reads: dict[int, int] = {}
         for (pid, _), count in counting.by_pid.items():
             reads[pid] = reads.get(pid, 0) + count
@@ -233,7 +233,9 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
     for _ in range(3):  # nothing runs any more
         fast.run_pass()
         full.run_pass()
-        assert comparable(fast.reader.last.processes) == comparable(full.reader.last.processes)
+        assert comparable(fast.reader.last.every_process) == comparable(
+            full.reader.last.every_process
+        )
     totals = {g.labels: t for g, t in fast.totals.snapshot().items()}
     assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
 
@@ -261,7 +263,8 @@ def test_the_periodic_refresh_of_a_carried_process_reads_its_stat_and_cgroup_onl
         "stat",
         "cgroup",
     }
-    assert comparable(fast.reader.last.processes) == comparable(full.reader.last.processes)
-    (twelve,) = [r for r in fast.reader.last.processes if r.pid == 12]
+    assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
+    (twelve,) = [r for r in fast.reader.last.every_process if r.pid == 12]
     assert twelve.rss_bytes == 40 * 4096
-    assert fast.reader.last.carried_by_cgroup == 5  # all: B does not run in this test
+    # the other four (B does not run in this test); PID 12's stat and cgroup were read
+    assert fast.reader.last.carried_by_cgroup == 4
