@@ -323,3 +323,29 @@ def test_birth_never_yields_negative_observed_time():
     tracker.advance([], SEC)
     result = tracker.advance([proc(50, 500, 2 * SEC)], 2 * SEC)
     assert result.deltas == [] and result.refused == Counter(first_seen=1)
+
+
+def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
+    """`advance(..., carried=...)`: a reading the reader carried (its very thread
+    readings, nothing of its stat moved) adds one process and its observed time to its
+    cgroup's block; one that is not such a continuation goes through the usual guard."""
+    tracker = Tracker(HZ)
+    a = proc(10, start=5_000, at=100 * SEC, user=3)
+    b = proc(20, start=5_000, at=100 * SEC, user=3)
+    b = b._replace(cgroup=b"0::/other\n")
+    tracker.advance([a, b, proc(30, 5_000, 100 * SEC)], 100 * SEC)
+    # pass 2: 10 and 20 carried at 160 s; 30 too, but its user time moved (not a carry)
+    carried = [
+        a._replace(at_ns=160 * SEC),
+        b._replace(at_ns=160 * SEC),
+        proc(30, 5_000, 160 * SEC, user=2),
+    ]
+    outcome = tracker.advance([], 160 * SEC, carried)
+    assert outcome.carried == {b"0::/\n": [1, 60 * SEC], b"0::/other\n": [1, 60 * SEC]}
+    (delta,) = outcome.deltas  # 30, guarded: its new thread tuple and its moved stat
+    assert delta.reading.pid == 30 and delta.fields.cpu_user_nanos == 2 * TICK_NS
+    assert tracker.tracked_processes == 3
+    # pass 3: carried again, from the carried readings' instant
+    outcome = tracker.advance([], 200 * SEC, [carried[0]._replace(at_ns=200 * SEC)])
+    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    assert tracker.tracked_processes == 1  # the others were not seen
