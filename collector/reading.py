@@ -173,7 +173,8 @@ class Reader:
       `stat` counters cannot have moved, and its reading is the last one at a new
       instant (`_probe`, `_carry`).
     * A process in a quiet cgroup (`read_pass(quiet=…)`, `in_quiet_cgroup`) is carried
-      the same way without reading any file.
+      the same way without reading any file, apart from the processes read
+      (`PassReadings.carried`), so that the guard and the sums take them as a block.
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when `cgroup_due`. A
       carried process is refreshed then too: its resident memory (which reclaim can
