@@ -58,6 +58,21 @@ def group_pass(
     malformed: set[int] = set()
     dirs: dict[Group, CgroupDirs] = {}
     group_of_pid: dict[int, Group | None] = {}
+
+    def footprint_of(group: Group, cgroup: bytes) -> FootprintSums:
+        footprint = sums.get(group)
+        if footprint is None:
+            footprint = sums[group] = FootprintSums()
+            if group.kind == "cgroup":
+                dirs[group] = grouper.dirs_of(cgroup)
+        return footprint
+
+    def interval_of(group: Group) -> Fields:
+        interval = intervals.get(group)
+        if interval is None:
+            interval = intervals[group] = Fields()
+        return interval
+
     for seen in footprints:
         try:
             group = grouper.group_of(seen.cgroup)
@@ -67,11 +82,7 @@ def group_pass(
         group_of_pid[seen.pid] = group
         if group is None:
             continue
-        footprint = sums.get(group)
-        if footprint is None:
-            footprint = sums[group] = FootprintSums()
-            if group.kind == "cgroup":
-                dirs[group] = grouper.dirs_of(seen.cgroup)
+        footprint = footprint_of(group, seen.cgroup)
         footprint.processes += 1
         footprint.threads += seen.threads
         footprint.rss_bytes += seen.rss_bytes
@@ -79,39 +90,28 @@ def group_pass(
         group = group_of_pid.get(delta.reading.pid)
         if group is None:  # dropped by --pods-only, or its cgroup file is malformed
             continue
-        interval = intervals.get(group)
-        if interval is None:
-            interval = intervals[group] = Fields()
-        interval.add(delta.fields)
+        interval_of(group).add(delta.fields)
     by_cgroup: dict[bytes, list[int]] = {}  # [processes, threads, rss bytes]
     for reading in carried:
-        seen = by_cgroup.get(reading.cgroup)
-        if seen is None:
-            seen = by_cgroup[reading.cgroup] = [0, 0, 0]
-        seen[0] += 1
-        seen[1] += len(reading.threads)
-        seen[2] += reading.rss_bytes
+        block = by_cgroup.get(reading.cgroup)
+        if block is None:
+            block = by_cgroup[reading.cgroup] = [0, 0, 0]
+        block[0] += 1
+        block[1] += len(reading.threads)
+        block[2] += reading.rss_bytes
     for cgroup, (processes, threads, rss_bytes) in by_cgroup.items():
         group = grouper.group_of(cgroup)
-        if group is None:
-            continue
-        footprint = sums.get(group)
-        if footprint is None:
-            footprint = sums[group] = FootprintSums()
-            if group.kind == "cgroup":
-                dirs[group] = grouper.dirs_of(cgroup)
-        footprint.processes += processes
-        footprint.threads += threads
-        footprint.rss_bytes += rss_bytes
+        if group is not None:
+            footprint = footprint_of(group, cgroup)
+            footprint.processes += processes
+            footprint.threads += threads
+            footprint.rss_bytes += rss_bytes
     for cgroup, (processes, observed) in (carried_deltas or {}).items():
         group = grouper.group_of(cgroup)
-        if group is None:
-            continue
-        interval = intervals.get(group)
-        if interval is None:
-            interval = intervals[group] = Fields()
-        interval.processes += processes
-        interval.observed_nanos += observed
+        if group is not None:
+            interval = interval_of(group)
+            interval.processes += processes
+            interval.observed_nanos += observed
     return Grouped(intervals, sums, malformed, dirs)
 
 
