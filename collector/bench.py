@@ -292,13 +292,12 @@ def bench_table(
             for step in steps[shift:] + steps[:shift]:
                 step()
             if exporter is not None and exporter_failed is None:
-                before = _thread_cpu_ns(exporter[0])
                 try:
+                    before = _thread_cpu_ns(exporter[0])
                     _scrape(exporter[1])
-                except OSError as error:  # refused, reset, timed out: it did not keep up
-                    exporter_failed = f"{type(error).__name__} in round {round_ + 1}"
-                else:
                     exporter_cpu.append((_thread_cpu_ns(exporter[0]) - before) / 1e9)
+                except OSError as error:  # refused, reset, timed out, gone: it did not keep up
+                    exporter_failed = f"{type(error).__name__} in round {round_ + 1}"
             seen = naive_pass()
     floor = Sample(
         statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)

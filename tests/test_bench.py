@@ -88,3 +88,31 @@ def test_an_exporter_that_could_not_keep_up_is_a_row_not_a_traceback():
     (line,) = lines
     assert line.split()[-2:] == ["failed", "-"]
     assert line.split()[-4] == "0.83"  # procdelta's own ratio is still reported
+
+
+FAKE_EXPORTER = """#!{python}
+# A prometheus-process-exporter stand-in that answers its first scrape, then dies.
+import http.server, sys
+port = int(sys.argv[sys.argv.index("-web.listen-address") + 1].rsplit(":", 1)[1])
+class Once(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"up 1\\n")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Once).handle_request()
+"""
+
+
+def test_an_exporter_that_dies_mid_table_is_reported_not_raised(tmp_path, monkeypatch):
+    """The process-exporter column of a real (small) table, with an exporter that stops
+    answering after its start-up probe: the table completes, the row says why."""
+    from collector.bench import bench_table
+
+    fake = tmp_path / "prometheus-process-exporter"
+    fake.write_text(FAKE_EXPORTER.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    (result,) = bench_table("default N=20", 20, "idle", rounds=3, pause=0.05)
+    assert result.exporter_cpu is None
+    assert result.exporter_failed and result.exporter_failed.endswith("in round 1")
+    assert len(result.ratios) == 3  # procdelta's own measure went on
