@@ -134,6 +134,14 @@ def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
     return io_totals is not None and io_totals == previous.io_totals
 
 
+def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> bool:
+    """The process listed now is the one last pass saw, and its cgroup is settled: the
+    same `<pid>` directory inode (procfs gives a new process a fresh one) and a `cgroup`
+    file read the same twice running (or carried since). Every whole-process shortcut
+    starts here."""
+    return previous is not None and previous.ino == ino and confirmed
+
+
 def cgroup_due(pid: int, passes: int) -> bool:
     """This pass re-reads the process's `cgroup` (and, for a carried process, its
     `stat`): every `CGROUP_REVALIDATE_PASSES` passes, staggered by PID. A process moved
@@ -166,6 +174,8 @@ class Reader:
     """Reads every process of a `ProcFS`, stamping each reading with `clock()`, reading
     less where a shortcut above proves the answer:
 
+    * A process: `known_since` (the same one, its cgroup settled) opens every shortcut
+      below that skips a whole process.
     * A thread: `same_thread` (its `stat` not read), `did_not_run` (nothing more read),
       `only_waited` (its `status` and `io` not read), `io_unmoved` (its `io` not read).
     * A quiet process — listed under the same `<pid>` inode, none of its threads ran in
@@ -218,9 +228,7 @@ class Reader:
             for pid, ino in listed:
                 previous = previous_pass.get(pid)
                 if (
-                    previous is not None
-                    and previous.ino == ino
-                    and pid in confirmed_before
+                    known_since(previous, ino, pid in confirmed_before)
                     and not cgroup_due(pid, passes)
                     and in_quiet_cgroup(previous, quiet)
                 ):
@@ -253,7 +261,7 @@ class Reader:
         saw of this PID. (A process of a quiet cgroup not due for its refresh was carried
         by `read_pass` before this.)"""
         due = cgroup_due(pid, self._passes)
-        known = previous is not None and previous.ino == ino and confirmed
+        known = known_since(previous, ino, confirmed)
         if known and due and quiet is not None and in_quiet_cgroup(previous, quiet):
             refreshed = self._refresh(pid, previous)
             if refreshed is not None:

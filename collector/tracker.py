@@ -121,7 +121,7 @@ class Tracker:
         if others:
             readings = [*readings, *others]
         for reading in readings:
-            old = self._cache.get(reading.pid)
+            old = previous.get(reading.pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
