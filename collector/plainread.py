@@ -67,13 +67,17 @@ class PassReadings:
     vanished: int
     unreadable: int
     denied: int
-    # Carried over unread, their cgroup quiet: the last readings at this pass's instant.
+    # Carried over, their cgroup quiet: the last readings at an instant of this pass,
+    # with their threads unread. `refreshed` of them had their `stat` and `cgroup` read
+    # (the periodic refresh of memory, name and cgroup); the others, no file at all.
     # Their footprints are their own fields (collector/aggregate.py sums them by cgroup).
     carried: tuple[ProcessReading, ...] = ()
+    refreshed: int = 0
 
     @property
     def carried_by_cgroup(self) -> int:
-        return len(self.carried)
+        """The processes of which this pass read no file: their cgroup had not run."""
+        return len(self.carried) - self.refreshed
 
     @property
     def every_process(self) -> tuple[ProcessReading, ...]:

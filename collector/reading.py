@@ -188,7 +188,8 @@ class Reader:
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when `cgroup_due`. A
       carried process is refreshed then too: its resident memory (which reclaim can
-      shrink while it sleeps) and its name from its `stat` (`_refresh`).
+      shrink while it sleeps) and its name from its `stat` (`_refresh`); one in a quiet
+      cgroup, its counters found unmoved, stays in the carried block.
     """
 
     def __init__(self, procfs: ProcFS, clock: Clock = boottime_ns, page_size: int | None = None):
@@ -204,7 +205,9 @@ class Reader:
         cgroup file reads so is in a cgroup that has not run since the previous pass (see
         `in_quiet_cgroup`); its known processes are then carried over unread, all at one
         instant (any instant of the pass is theirs: nothing of theirs moved in it), and
-        come back apart from the processes read (`PassReadings.carried`)."""
+        come back apart from the processes read (`PassReadings.carried`). Those due for
+        their refresh are carried at the instant of their `stat` read, when it shows them
+        unmoved and their `cgroup` unchanged (`_refresh`); otherwise read whole."""
         self._passes += 1
         passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
         current: dict[int, _Seen] = {}
@@ -212,7 +215,7 @@ class Reader:
 
         def read(pid: int, ino: int) -> ProcessReading:
             seen, cgroup_confirmed = self._read_process(
-                pid, ino, previous_pass.get(pid), pid in confirmed_before, quiet
+                pid, ino, previous_pass.get(pid), pid in confirmed_before
             )
             current[pid] = seen
             if cgroup_confirmed:
@@ -222,50 +225,51 @@ class Reader:
         listed_at = self.clock()
         listed = self.procfs.processes()
         carried: list[ProcessReading] = []
+        refreshed = 0
         if quiet is not None:
             rest = []
             at_ns = None  # the carried processes' instant, read at the first of them
             for pid, ino in listed:
                 previous = previous_pass.get(pid)
-                if (
+                if not (
                     known_since(previous, ino, pid in confirmed_before)
-                    and not cgroup_due(pid, passes)
                     and in_quiet_cgroup(previous, quiet)
                 ):
+                    rest.append((pid, ino))
+                    continue
+                if not cgroup_due(pid, passes):
                     if at_ns is None:
                         at_ns = self.clock()
-                    seen = current[pid] = self._carry(pid, previous, at_ns)
-                    confirmed.add(pid)
-                    carried.append(seen.reading)
+                    seen = self._carry(pid, previous, at_ns)
                 else:
-                    rest.append((pid, ino))
+                    seen = self._refresh(pid, previous)
+                    if seen is None:  # it left the cgroup, ran, or is gone: read it whole
+                        rest.append((pid, ino))
+                        continue
+                    refreshed += 1
+                current[pid] = seen
+                confirmed.add(pid)
+                carried.append(seen.reading)
             listed = rest
         readings = collect(listed_at, listed, read)
         self._previous, self._confirmed = current, confirmed
-        return replace(readings, carried=tuple(carried)) if carried else readings
+        if not carried:
+            return readings
+        return replace(readings, carried=tuple(carried), refreshed=refreshed)
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
-        return self._read_process(pid, 0, None, False, None)[0].reading
+        return self._read_process(pid, 0, None, False)[0].reading
 
     def _read_process(
-        self,
-        pid: int,
-        ino: int,
-        previous: _Seen | None,
-        confirmed: bool,
-        quiet: Callable[[bytes], bool] | None,
+        self, pid: int, ino: int, previous: _Seen | None, confirmed: bool
     ) -> tuple[_Seen, bool]:
         """This pass's sighting of a process, and whether its cgroup is now confirmed
         (read the same twice running, or carried since). `previous`: what the last pass
-        saw of this PID. (A process of a quiet cgroup not due for its refresh was carried
-        by `read_pass` before this.)"""
+        saw of this PID. (A process of a quiet cgroup was carried, or refreshed, by
+        `read_pass` before this.)"""
         due = cgroup_due(pid, self._passes)
         known = known_since(previous, ino, confirmed)
-        if known and due and quiet is not None and in_quiet_cgroup(previous, quiet):
-            refreshed = self._refresh(pid, previous)
-            if refreshed is not None:
-                return refreshed, True
         probe = _NO_PROBE
         if known and not due and not previous.ran:
             probe = self._probe(pid, previous)
