@@ -12,7 +12,9 @@ Machines are noisy: read the ratios, not the absolute times.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -22,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 
 import psutil
@@ -75,6 +77,57 @@ def _measure(action: Callable[[], object]) -> Sample:
     cpu, wall = time.process_time(), time.perf_counter()
     action()
     return Sample(time.process_time() - cpu, time.perf_counter() - wall)
+
+
+def _pass_worker(options: str) -> None:
+    """One measured party of a table, in a process of its own: procdelta with `options`
+    (`Options` as JSON), or (an empty string) the floor. Each line read runs one pass and
+    answers its CPU and wall seconds; the end of its input ends it. A process of its own,
+    as in a running collector: its garbage collector scans its own objects only
+    (variants sharing one process would each pay for scanning the others' caches)."""
+    action = naive_pass if not options else build_engine(Options(**json.loads(options))).run_pass
+    for _ in sys.stdin:
+        sample = _measure(action)
+        print(sample.cpu, sample.wall, flush=True)
+
+
+@contextlib.contextmanager
+def _measured_apart(parties: list[Options | None]) -> Iterator[list[Callable[[], Sample]]]:
+    """One `_pass_worker` per party; yields, for each, a call that runs one of its passes
+    and returns its `Sample`. Every worker is ended and reaped on the way out."""
+    started: list[subprocess.Popen[str]] = []
+
+    def one_pass(worker: subprocess.Popen[str]) -> Sample:
+        worker.stdin.write("pass\n")
+        worker.stdin.flush()
+        answer = worker.stdout.readline().split()
+        if len(answer) != 2:
+            raise RuntimeError(f"a bench worker ended (status {worker.wait()})")
+        return Sample(float(answer[0]), float(answer[1]))
+
+    try:
+        for options in parties:
+            argument = "" if options is None else json.dumps(asdict(options))
+            code = "import sys; from collector.bench import _pass_worker; _pass_worker(sys.argv[1])"
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", code, argument],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        yield [functools.partial(one_pass, worker) for worker in started]
+    finally:
+        for worker in started:
+            with contextlib.suppress(OSError):
+                worker.stdin.close()
+            try:
+                worker.wait(10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            worker.stdout.close()
 
 
 def _thread_cpu_ns(pid: int) -> int:
@@ -261,7 +314,8 @@ def bench_table(
 ) -> list[TableResult]:
     """One synthetic table; each variant's pass and the floor measured in every round (in
     a rotating order), so that variants are compared with the same floor. One result per
-    variant (by default one: procdelta with its default options)."""
+    variant (by default one: procdelta with its default options). Each variant, and the
+    floor, runs in a process of its own (`_pass_worker`)."""
     variants = variants or (
         (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
     )
@@ -270,11 +324,12 @@ def bench_table(
         pod_cgroups(pods) as pods_file,
         synthetic_table(processes, mode, pods_file=pods_file),
         process_exporter() as exporter,
+        _measured_apart([options for _, options in variants] + [None]) as parties,
     ):
-        engines = [build_engine(options) for _, options in variants]
+        engines, floor_pass = parties[:-1], parties[-1]
         for _ in range(2):  # warm: the cache holds the table, as in a running collector
-            for engine in engines:
-                engine.run_pass()
+            for run_pass in engines:
+                run_pass()
             time.sleep(pause)
         ours: list[list[Sample]] = [[] for _ in engines]
         naive: list[Sample] = []
@@ -284,10 +339,10 @@ def bench_table(
         for round_ in range(rounds):
             time.sleep(pause)
             steps: list[Callable[[], None]] = [
-                (lambda e=engine, out=out: out.append(_measure(e.run_pass)))
-                for engine, out in zip(engines, ours, strict=True)
+                (lambda run_pass=run_pass, out=out: out.append(run_pass()))
+                for run_pass, out in zip(engines, ours, strict=True)
             ]
-            steps.append(lambda: naive.append(_measure(naive_pass)))
+            steps.append(lambda: naive.append(floor_pass()))
             shift = round_ % len(steps)
             for step in steps[shift:] + steps[:shift]:
                 step()
