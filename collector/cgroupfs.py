@@ -46,6 +46,8 @@ HELD_DIRECTORIES = 512
 """At most this many group directories are held open (`CgroupFS._held_dir`): far below
 the 1024 descriptors a container runtime allows by default."""
 _KUBEPODS_DEPTH = 4  # kind: kubelet.slice/kubelet-kubepods.slice/…-burstable.slice/…-pod<uid>
+_PSI_FILES = (b"cpu.pressure", b"memory.pressure", b"io.pressure")
+_PSI = tuple[Pressure | None, Pressure | None, Pressure | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,10 @@ class CgroupFS:
         self._held: dict[bytes, tuple[int, int]] = {}  # directory → (inode, O_PATH fd)
         self._held_used: set[bytes] = set()
         self._real: dict[bytes, bytes] = {}  # hierarchy root → its real path
+        # The PSI totals of the groups' parent directories: read at the first group of
+        # each in a pass (this pass's), and as the last pass left them (`_stalled_below`).
+        self._parents: dict[bytes, _PSI] = {}
+        self._parents_before: dict[bytes, _PSI] = {}
 
     # -- listing -----------------------------------------------------------------------
 
@@ -255,6 +261,22 @@ class CgroupFS:
         for directory in [d for d in self._held if d not in self._held_used]:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()
+        self._parents_before, self._parents = self._parents, {}
+
+    def _stalled_below(self, directory: bytes) -> tuple[bool, bool, bool]:
+        """For cpu, memory and io: whether a cgroup below `directory`'s parent may have
+        stalled since the last pass (`pressure_unmoved`). The parent's three files are read
+        once a pass, at the first group below it, so before any of its groups is read."""
+        parent = os.path.dirname(directory)
+        now = self._parents.get(parent)
+        if now is None:
+            now = self._parents[parent] = tuple(
+                _parsed(parent + b"/" + name, parse_pressure) for name in _PSI_FILES
+            )
+        before = self._parents_before.get(parent)
+        if before is None:
+            return (True, True, True)
+        return tuple(not pressure_unmoved(b, n) for b, n in zip(before, now, strict=True))
 
     def read_group(
         self, locations: list[Location], previous: CgroupReading | None = None
@@ -265,7 +287,8 @@ class CgroupFS:
         (the cgroup is gone).
 
         With the group's `previous` reading, the bandwidth counters are carried over
-        unread when the usage did not move (`_bandwidth_unchanged`).
+        unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
+        totals when its parent's did not move (`pressure_unmoved`).
         """
         dirs: dict[str, tuple[bytes, bytes, int, Location]] = {}
         for location in locations:
@@ -293,11 +316,7 @@ class CgroupFS:
                 if b"usage_usec" in v2_stat:
                     usage = v2_stat[b"usage_usec"] * 1000
                 if self.pressure and self.hierarchies.psi:
-                    pressure = (
-                        _parsed(base + b"cpu.pressure", parse_pressure, at),
-                        _parsed(base + b"memory.pressure", parse_pressure, at),
-                        _parsed(base + b"io.pressure", parse_pressure, at),
-                    )
+                    pressure = self._pressure(directory, base, at, inode, previous)
         if usage is None and CPUACCT in dirs:
             _, directory, inode, _ = dirs[CPUACCT]
             base, at = self._opener(directory, inode)
@@ -322,6 +341,29 @@ class CgroupFS:
             if stat is not None:
                 bandwidth = self._bandwidth(root, location, inode, stat)
         return CgroupReading(held, usage, pressure, bandwidth)
+
+    def _pressure(
+        self,
+        directory: bytes,
+        base: bytes,
+        at: int | None,
+        inode: int,
+        previous: CgroupReading | None,
+    ) -> _PSI:
+        """The group's three PSI files; each one carried over from its `previous` reading
+        of the same cgroup where its parent's did not move since the last pass. (The
+        parent is read first, whether or not this group has a previous reading: every
+        reading of a group below is then later than its parent's of the same pass. A
+        hierarchy's root has no parent: read.)"""
+        if directory == self.hierarchies.v2:
+            return tuple(_parsed(base + name, parse_pressure, at) for name in _PSI_FILES)
+        stalled = self._stalled_below(directory)
+        same = previous is not None and (V2, inode) in previous.identity
+        last = previous.pressure if same else (None, None, None)
+        return tuple(
+            _parsed(base + name, parse_pressure, at) if moved or kept is None else kept
+            for name, moved, kept in zip(_PSI_FILES, stalled, last, strict=True)
+        )
 
     def _bandwidth(
         self, root: bytes, location: Location, inode: int, stat: dict[bytes, int]
@@ -365,6 +407,24 @@ def _bandwidth_unchanged(
         and identity == previous.identity
         and previous.bandwidth is not None
     )
+
+
+def pressure_unmoved(before: Pressure | None, now: Pressure | None) -> bool:
+    """Whether no cgroup below a directory stalled on a resource between two readings of
+    the directory's PSI file for it: both read, and equal.
+
+    Kernel fact: PSI is kept for every cgroup on the path from a task's cgroup to the
+    root (`psi_task_change` walks up the parents), and a group's stall states come from
+    task counts summed over its whole subtree: whenever a task below stalls (waits for a
+    CPU, for memory, for I/O), every ancestor is in that resource's `some` state too,
+    and its total grows. A still total above means still totals below, so the children's
+    last readings stand. (The kernel weights each CPU's stall time by that CPU's busy
+    time when it adds to a total, and truncates to whole ns: a stall of a few ns can
+    move a child and not its parent; at worst the child's count, printed in µs, is read
+    one µs late, when the parent next moves — deferred, never lost. A parent whose
+    PSI was turned off through `cgroup.pressure` has no files: not read, no shortcut.)
+    """
+    return before is not None and before == now
 
 
 def _bandwidth_of(path: bytes, inode: int, stat: dict[bytes, int]) -> Bandwidth | None:

@@ -9,7 +9,9 @@ its end, so the two readings are microseconds apart):
 * a pod of short-lived processes: its cgroup's CPU is many times its sums' on-CPU, and
   is exported even when no process of it lived through a pass;
 * a steady pod of one long-lived busy process: the two agree;
-* a pod contending for one CPU on cgroup v2: its CPU pressure.
+* a pod contending for one CPU on cgroup v2: its CPU pressure;
+* PSI files under a parent whose totals stood still: not read, and their carried totals
+  the kernel's; a stall below: read.
 
 Needs root and writable v1 `cpu`/`cpuacct` and v2 hierarchies (this project's machines
 are hybrid hosts); fails without them.
@@ -252,6 +254,87 @@ def test_v2_pod_contending_for_one_cpu_shows_cpu_pressure(tmp_path):
     assert close(cgroup.cpu_pressure_waiting_nanos, waiting, 0.05), (cgroup, waiting)
     assert fields.run_delay_nanos > 0.5e9 * INTERVAL
     assert cgroup.cpu_periods is None  # no cpu controller in this v2 tree: no bandwidth
+
+
+def test_pressure_below_a_still_parent_is_not_read_and_a_stall_below_is(monkeypatch):
+    """Two real v2 cgroups under one parent (the QoS class of two pods), one idle process
+    in each. While nothing below the parent stalls, its PSI totals stand still and the
+    children's PSI files are not read: their carried totals equal the kernel's. Then two
+    busy processes contend for one CPU in the second: the parent's `cpu.pressure` moves,
+    every child's `cpu.pressure` is read (the contended one's equals the kernel's,
+    read right after), their `memory.pressure` and `io.pressure` still are not, and
+    every total carried equals the kernel's."""
+    import collector.cgroupfs as cgroupfs_module
+    from collector.cgroupfs import CgroupFS, Location
+
+    root = hierarchy("v2")
+    opened: list[str] = []
+    real_read = cgroupfs_module._read
+
+    def counted(path: bytes, dir_fd: int | None = None) -> bytes | None:
+        where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else ""
+        opened.append(os.path.join(where, os.fsdecode(path)))
+        return real_read(path, dir_fd)
+
+    monkeypatch.setattr(cgroupfs_module, "_read", counted)
+    parent = f"procdelta-psi-{uuid.uuid4().hex[:8]}"
+    names = ("quiet", "contended")
+    psi_files = ("cpu.pressure", "memory.pressure", "io.pressure")
+    with (
+        cgroups(("v2",), f"{parent}/quiet") as quiet,
+        cgroups(("v2",), f"{parent}/contended") as busy,
+    ):
+        dirs = {"quiet": quiet["v2"], "contended": busy["v2"]}
+        fs = CgroupFS(os.path.dirname(root) if root.endswith("/unified") else root)
+        targets = {
+            name: [Location("v2", f"/{parent}/{name}".encode(), None, False)] for name in names
+        }
+        previous: dict = {}
+
+        def read_pass() -> dict:
+            opened.clear()
+            got = fs.read_groups(targets, previous)
+            fs.release_unused()
+            previous.clear()
+            previous.update(got)
+            return got
+
+        def kernel(name: str) -> tuple:
+            return tuple(parse_pressure(read(os.path.join(dirs[name], f))) for f in psi_files)
+
+        def psi_read(name: str) -> set[str]:
+            return {os.path.basename(p) for p in opened if os.path.dirname(p) == dirs[name]} & set(
+                psi_files
+            )
+
+        with Workload(quiet["v2"], "--idle", "1"), Workload(busy["v2"], "--idle", "1"):
+            read_pass()
+            time.sleep(0.5)
+            read_pass()
+            time.sleep(0.5)
+            still = read_pass()
+            assert psi_read("quiet") == psi_read("contended") == set()
+            for name in names:
+                assert still[name].pressure == kernel(name), name
+            with (
+                Workload(busy["v2"], "--busy", "1", "--cpu", "0"),
+                Workload(busy["v2"], "--busy", "1", "--cpu", "0"),
+            ):
+                time.sleep(0.5)
+                started = read_pass()  # their start-up (it read files from storage) is in
+                time.sleep(1.0)
+                stalled = read_pass()  # only hashing since: a CPU stall, no memory or I/O one
+                after = {name: kernel(name) for name in names}
+        assert psi_read("quiet") == psi_read("contended") == {"cpu.pressure"}
+    waited = stalled["contended"].pressure[0].some_us - started["contended"].pressure[0].some_us
+    print(
+        f"\ncontended cgroup over 1 s: cpu.pressure some +{waited} µs; carried and read "
+        f"totals equal the kernel's: {all(stalled[n].pressure == after[n] for n in names)}"
+    )
+    assert waited > 300_000  # one of the two always waits
+    assert stalled["quiet"].pressure == after["quiet"]
+    assert stalled["contended"].pressure[1:] == after["contended"][1:]  # carried, exact
+    assert close(stalled["contended"].pressure[0].some_us, after["contended"][0].some_us, 0.02)
 
 
 def test_engine_without_cgroup_collector_reads_no_cgroup(tmp_path):

@@ -196,3 +196,97 @@ def test_co_mounted_controllers_are_listed_once(tmp_path):
     assert len(walked) == 1
     for locations in pods.values():
         assert sorted(loc.hierarchy for loc in locations) == ["cpu", "cpuacct"]
+
+
+class _CountingReads:
+    """Every cgroup file CgroupFS opens, as (directory, name)."""
+
+    def __init__(self, monkeypatch):
+        import collector.cgroupfs as cgroupfs
+
+        self.seen: list[tuple[str, str]] = []
+        real = cgroupfs._read
+
+        def counted(path: bytes, dir_fd: int | None = None) -> bytes | None:
+            where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else None
+            full = os.path.join(where, os.fsdecode(path)) if where else os.fsdecode(path)
+            self.seen.append((os.path.dirname(full), os.path.basename(full)))
+            return real(path, dir_fd)
+
+        monkeypatch.setattr(cgroupfs, "_read", counted)
+
+    def names_in(self, directory: Path) -> set[str]:
+        return {name for where, name in self.seen if where == str(directory)}
+
+
+def _psi_host(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """A pure v2 host: `kubepods` (the parent) and two pods below it, every PSI file 0."""
+    (tmp_path / "cgroup.controllers").write_text("cpu memory io\n")
+    parent = tmp_path / "kubepods"
+    pods = {n: parent / f"pod{n * 8}-0000-4000-8000-00000000000{n}" for n in ("a", "b")}
+    for directory in (tmp_path, parent, *pods.values()):
+        directory.mkdir(exist_ok=True)
+        (directory / "cpu.stat").write_text(v2_stat(100))
+        for resource in ("cpu", "memory", "io"):
+            (directory / f"{resource}.pressure").write_text(psi(0))
+    return parent, pods
+
+
+def test_pressure_below_a_parent_whose_totals_did_not_move_is_carried_not_read(
+    tmp_path, monkeypatch
+):
+    """A parent's PSI totals cover its whole subtree (`pressure_unmoved`): while a
+    resource's stand still there, its children's files are not read and their last
+    readings stand; one that moved has every child's file of it read again."""
+    parent, pods = _psi_host(tmp_path)
+    fs = CgroupFS(str(tmp_path))
+    reads = _CountingReads(monkeypatch)
+    readings: dict = {}
+
+    def read_pass() -> dict:
+        reads.seen.clear()
+        targets = fs.pods(per_container=False)
+        got = fs.read_groups(targets, readings)
+        fs.release_unused()
+        readings.clear()
+        readings.update(got)
+        return {pod.uid[:1]: reading.pressure for pod, reading in got.items()}
+
+    def truth() -> dict:  # a collector started now: reads every file (not counted)
+        kept = list(reads.seen)
+        fresh = CgroupFS(str(tmp_path))
+        got = fresh.read_groups(fresh.pods(per_container=False), {})
+        reads.seen[:] = kept
+        return {pod.uid[:1]: reading.pressure for pod, reading in got.items()}
+
+    psi_files = {"cpu.pressure", "memory.pressure", "io.pressure"}
+    first = read_pass()
+    assert all(reads.names_in(pod) >= psi_files for pod in pods.values())
+    assert reads.names_in(parent) == psi_files  # read first, for the next pass
+    assert read_pass() == first == truth()
+    assert all(reads.names_in(pod) == {"cpu.stat"} for pod in pods.values())
+
+    # pod a waits for memory: its total and its parent's grow (the kernel adds both)
+    _write(pods["a"] / "memory.pressure", psi(700, 300))
+    _write(parent / "memory.pressure", psi(700, 300))
+    got = read_pass()
+    assert all(reads.names_in(pod) == {"cpu.stat", "memory.pressure"} for pod in pods.values())
+    assert got["a"][1] == (700, 300) and got == truth()
+    assert read_pass() == got and reads.names_in(pods["a"]) == {"cpu.stat"}
+
+    # pod b made anew under its path (a new inode): read whole, its parent still or not
+    for name in os.listdir(pods["b"]):
+        os.remove(pods["b"] / name)
+    os.rmdir(pods["b"])
+    _psi_host(tmp_path)
+    _write(pods["b"] / "io.pressure", psi(5, 0))
+    got = read_pass()
+    assert reads.names_in(pods["b"]) >= psi_files and got["b"][2] == (5, 0)
+    assert got == truth()
+
+    # the parent's files gone (PSI turned off there): no shortcut
+    for resource in ("cpu", "memory", "io"):
+        os.remove(parent / f"{resource}.pressure")
+    read_pass()
+    read_pass()
+    assert all(reads.names_in(pod) >= psi_files for pod in pods.values())
