@@ -68,8 +68,8 @@ class PassReadings:
     unreadable: int
     denied: int
     # Carried over, their cgroup quiet: the last readings at an instant of this pass,
-    # with their threads unread. `refreshed` of them had their `stat` and `cgroup` read
-    # (the periodic refresh of memory, name and cgroup); the others, no file at all.
+    # with their threads unread. `refreshed` of them had their `statm` and `cgroup` read
+    # (the periodic refresh of memory and cgroup); the others, no file at all.
     # Their footprints are their own fields (collector/aggregate.py sums them by cgroup).
     carried: tuple[ProcessReading, ...] = ()
     refreshed: int = 0

@@ -29,6 +29,7 @@ from collector.parse import (
     parse_schedstat,
     parse_start_ticks,
     parse_stat,
+    parse_statm_resident,
     parse_status_switches,
 )
 from collector.plainread import (
@@ -187,9 +188,9 @@ class Reader:
       (`PassReadings.carried`), so that the guard and the sums take them as a block.
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when `cgroup_due`. A
-      carried process is refreshed then too: its resident memory (which reclaim can
-      shrink while it sleeps) and its name from its `stat` (`_refresh`); one in a quiet
-      cgroup, its counters found unmoved, stays in the carried block.
+      process carried as quiet is refreshed then too: read whole (its resident memory,
+      which reclaim can shrink while it sleeps, and its name), or, in a quiet cgroup,
+      its resident memory alone, and it stays in the carried block (`_refresh`).
     """
 
     def __init__(self, procfs: ProcFS, clock: Clock = boottime_ns, page_size: int | None = None):
@@ -206,8 +207,8 @@ class Reader:
         `in_quiet_cgroup`); its known processes are then carried over unread, all at one
         instant (any instant of the pass is theirs: nothing of theirs moved in it), and
         come back apart from the processes read (`PassReadings.carried`). Those due for
-        their refresh are carried at the instant of their `stat` read, when it shows them
-        unmoved and their `cgroup` unchanged (`_refresh`); otherwise read whole."""
+        their refresh are carried at the instant of their `statm` read, when their
+        `cgroup` is unchanged (`_refresh`); otherwise read whole."""
         self._passes += 1
         passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
         current: dict[int, _Seen] = {}
@@ -334,31 +335,29 @@ class Reader:
         return _Probe(listing, schedstats, True)
 
     def _refresh(self, pid: int, previous: _Seen) -> _Seen | None:
-        """The periodic refresh of a process carried by its quiet cgroup: its `stat` (for
-        its resident memory and name) and its `cgroup` read again, its threads carried.
-        None — read it whole — if it moved to another cgroup or its `stat` counters moved
-        (it ran: it cannot have, in a quiet cgroup, unless it left it)."""
+        """The periodic refresh of a process carried by its quiet cgroup: its resident
+        memory (`statm`: reclaim can shrink it while the process sleeps) and its `cgroup`
+        read again; its counters, threads and name carried. None — read it whole — if it
+        moved to another cgroup, or is gone or unreadable.
+
+        Kernel fact: a process's name changes only by its own doing (`exec`, `prctl`, or a
+        write to its `comm`, which the kernel takes from a thread of the same process
+        only), so it cannot have changed while nothing of its cgroup ran.
+        """
         procfs = self.procfs
         last = previous.reading
         try:
-            stat = parse_stat(procfs.process_file(pid, "stat"))
+            resident_pages = parse_statm_resident(procfs.process_file(pid, "statm"))
             at_ns = self.clock()
             cgroup = procfs.process_file(pid, "cgroup")
         except ProcError:
             return None  # gone, refused or malformed: the whole read says which
-        if (
-            cgroup != last.cgroup
-            or stat.start_ticks != last.start_ticks
-            or stat.utime_ticks != last.utime_ticks
-            or stat.stime_ticks != last.stime_ticks
-            or stat.major_faults != last.major_faults
-            or stat.num_threads != len(last.threads)
-        ):
+        if cgroup != last.cgroup:
             return None
         reading = build(
             ProcessReading,
-            (pid, stat.comm, last.start_ticks, at_ns, last.utime_ticks, last.stime_ticks,
-             last.major_faults, stat.rss_pages * self.page_size, last.cgroup, last.threads),
+            (pid, last.comm, last.start_ticks, at_ns, last.utime_ticks, last.stime_ticks,
+             last.major_faults, resident_pages * self.page_size, last.cgroup, last.threads),
         )  # fmt: skip
         return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 

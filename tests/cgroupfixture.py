@@ -172,6 +172,7 @@ def write_proc(
         )
         (base / "stat").write_text(stat)
         (task / "stat").write_text(stat)
+        (base / "statm").write_text(f"10000 {process.rss_pages} 50 10 0 300 0\n")
         (base / "cgroup").write_text(process.cgroup)
         (task / "schedstat").write_text(
             f"{process.on_cpu_ns[index]} {process.run_delay_ns[index]} {10 + index}\n"

@@ -256,9 +256,9 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
     assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
 
 
-def test_the_periodic_refresh_of_a_carried_process_reads_its_stat_and_cgroup_only(tmp_path):
+def test_the_periodic_refresh_of_a_carried_process_reads_its_statm_and_cgroup_only(tmp_path):
     """PID 12 is due for its refresh at pass 4 ((12 + 4) % 8 == 0): reclaim shrank its
-    memory meanwhile. Its `stat` and `cgroup` are read, nothing else of it, and its
+    memory meanwhile. Its `statm` and `cgroup` are read, nothing else of it, and its
     reading is the full read's."""
     node = Node(tmp_path)
     node.processes.append(process(12, f"{A}/{CID}"))
@@ -276,11 +276,11 @@ def test_the_periodic_refresh_of_a_carried_process_reads_its_stat_and_cgroup_onl
     fast.run_pass()
     full.run_pass()
     assert {name for (pid, name), n in counting.by_pid.items() if pid == 12 and n} == {
-        "stat",
+        "statm",
         "cgroup",
     }
     assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
     (twelve,) = [r for r in fast.reader.last.every_process if r.pid == 12]
     assert twelve.rss_bytes == 40 * 4096
-    # the other four (B does not run in this test); PID 12's stat and cgroup were read
+    # the other four (B does not run in this test); PID 12's statm and cgroup were read
     assert fast.reader.last.carried_by_cgroup == 4
