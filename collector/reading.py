@@ -244,7 +244,7 @@ class Reader:
                     seen = self._carry(pid, previous, at_ns)
                 else:
                     seen = self._refresh(pid, previous)
-                    if seen is None:  # it left the cgroup, ran, or is gone: read it whole
+                    if seen is None:  # it left the cgroup, or is gone: read it whole
                         rest.append((pid, ino))
                         continue
                     refreshed += 1
