@@ -129,7 +129,10 @@ class Engine:
             readings = self.reader.read_pass(self._quiet(early) if self.skip_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
             advance = self.tracker.advance(
-                readings.processes, readings.listed_at_ns, readings.carried
+                readings.processes,
+                readings.listed_at_ns,
+                readings.carried,
+                readings.carried_at_ns,
             )
             grouped = group_pass(
                 advance.deltas,

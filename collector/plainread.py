@@ -67,11 +67,13 @@ class PassReadings:
     vanished: int
     unreadable: int
     denied: int
-    # Carried over, their cgroup quiet: the last readings at an instant of this pass,
-    # with their threads unread. `refreshed` of them had their `statm` and `cgroup` read
-    # (the periodic refresh of memory and cgroup); the others, no file at all.
-    # Their footprints are their own fields (collector/aggregate.py sums them by cgroup).
+    # Carried over, their cgroup quiet, their threads unread: last pass's very readings,
+    # which stand for `carried_at_ns` (their own `at_ns` is when they were read), and
+    # `refreshed` new ones, whose `statm` and `cgroup` were read (the periodic refresh
+    # of memory and cgroup) at their own `at_ns`. Their footprints are their own fields
+    # (collector/aggregate.py sums them by cgroup).
     carried: tuple[ProcessReading, ...] = ()
+    carried_at_ns: int | None = None
     refreshed: int = 0
 
     @property

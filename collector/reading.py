@@ -184,7 +184,8 @@ class Reader:
       `stat` counters cannot have moved, and its reading is the last one at a new
       instant (`_probe`, `_carry`).
     * A process in a quiet cgroup (`read_pass(quiet=…)`, `in_quiet_cgroup`) is carried
-      the same way without reading any file, apart from the processes read
+      without reading any file: its last reading, the very object, stands for one
+      instant of the pass (`PassReadings.carried_at_ns`), apart from the processes read
       (`PassReadings.carried`), so that the guard and the sums take them as a block.
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when `cgroup_due`. A
@@ -204,10 +205,11 @@ class Reader:
     def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
         """Every process listed now. `quiet(cgroup_text)` says whether a process whose
         cgroup file reads so is in a cgroup that has not run since the previous pass (see
-        `in_quiet_cgroup`); its known processes are then carried over unread, all at one
-        instant (any instant of the pass is theirs: nothing of theirs moved in it), and
-        come back apart from the processes read (`PassReadings.carried`). Those due for
-        their refresh are carried at the instant of their `statm` read, when their
+        `in_quiet_cgroup`); its known processes are then carried over unread: their last
+        readings, the very objects, stand for one instant (`carried_at_ns`: any instant
+        of the pass is theirs, nothing of theirs moved in it), and come back apart from
+        the processes read (`PassReadings.carried`). Those due for their refresh are
+        carried as a new reading at the instant of their `statm` read, when their
         `cgroup` is unchanged (`_refresh`); otherwise read whole."""
         self._passes += 1
         passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
@@ -241,7 +243,7 @@ class Reader:
                 if not cgroup_due(pid, passes):
                     if at_ns is None:
                         at_ns = self.clock()
-                    seen = self._carry(pid, previous, at_ns)
+                    seen = previous  # its reading stands, for `at_ns`
                 else:
                     seen = self._refresh(pid, previous)
                     if seen is None:  # it left the cgroup, or is gone: read it whole
@@ -256,7 +258,7 @@ class Reader:
         self._previous, self._confirmed = current, confirmed
         if not carried:
             return readings
-        return replace(readings, carried=tuple(carried), refreshed=refreshed)
+        return replace(readings, carried=tuple(carried), carried_at_ns=at_ns, refreshed=refreshed)
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""

@@ -40,9 +40,9 @@ _ThreadSums = tuple[int, int, int, int, int, int]
 _NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
 
 
-def _process_fell(new: ProcessReading, old: ProcessReading) -> bool:
+def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bool:
     return (
-        new.at_ns < old.at_ns
+        new.at_ns < since_ns
         or new.utime_ticks < old.utime_ticks
         or new.stime_ticks < old.stime_ticks
         or new.major_faults < old.major_faults
@@ -58,6 +58,9 @@ class Tracker:
     def __init__(self, hz: int):
         self.hz = hz
         self._cache: dict[int, ProcessReading] = {}  # its threads are the thread cache
+        # The instant a cached reading stands for, where it is not its own `at_ns`: a
+        # reading carried over unread stands for the pass that carried it.
+        self._carried_at: dict[int, int] = {}
         self._previous_listing_ns: int | None = None
 
     @property
@@ -86,38 +89,57 @@ class Tracker:
         readings: Iterable[ProcessReading],
         listed_at_ns: int,
         carried: Iterable[ProcessReading] = (),
+        carried_at_ns: int | None = None,
     ) -> Advance:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
 
-        `carried`: readings the reader carried over unread (`PassReadings.carried`): the
-        last ones at a new instant, their very thread readings. Each gives the delta of a
-        process that did not run — processes 1, its observed time, every other field 0 —
-        summed by cgroup file into `Advance.carried` rather than one `ProcessDelta` each;
-        one that is not such a continuation is guarded like any reading."""
+        `carried`: readings the reader carried over (`PassReadings.carried`): last pass's
+        very readings, which stand for `carried_at_ns`, or refreshed ones (their own
+        `at_ns`) with last pass's very thread readings and the same counters. Each gives
+        the delta of a process that did not run — processes 1, its observed time, every
+        other field 0 — summed by cgroup file into `Advance.carried` rather than one
+        `ProcessDelta` each; one that is not such a continuation is guarded like any
+        reading."""
         result = Advance()
         cache: dict[int, ProcessReading] = {}
         previous = self._cache
+        carried_before = self._carried_at
+        carried_at: dict[int, int] = {}
         blocks = result.carried
         others: list[ProcessReading] = []
         for reading in carried:
-            old = previous.get(reading.pid)
-            if (
-                old is not None
-                and reading.threads is old.threads
+            pid = reading.pid
+            old = previous.get(pid)
+            if old is None:
+                others.append(reading)
+                continue
+            if reading is old:
+                if carried_at_ns is None:
+                    raise ValueError("readings carried as they were need carried_at_ns")
+                at_ns = carried_at_ns
+            elif (
+                reading.threads is old.threads
                 and reading.start_ticks == old.start_ticks
                 and reading.utime_ticks == old.utime_ticks
                 and reading.stime_ticks == old.stime_ticks
                 and reading.major_faults == old.major_faults
-                and reading.at_ns >= old.at_ns
             ):
-                cache[reading.pid] = reading
-                block = blocks.get(reading.cgroup)
-                if block is None:
-                    block = blocks[reading.cgroup] = [0, 0]
-                block[0] += 1
-                block[1] += reading.at_ns - old.at_ns
+                at_ns = reading.at_ns
             else:
                 others.append(reading)
+                continue
+            since_ns = carried_before.get(pid, old.at_ns)
+            if at_ns < since_ns:
+                others.append(reading)
+                continue
+            cache[pid] = reading
+            if at_ns != reading.at_ns:
+                carried_at[pid] = at_ns
+            block = blocks.get(reading.cgroup)
+            if block is None:
+                block = blocks[reading.cgroup] = [0, 0]
+            block[0] += 1
+            block[1] += at_ns - since_ns
         if others:
             readings = [*readings, *others]
         for reading in readings:
@@ -132,7 +154,8 @@ class Tracker:
             cache[reading.pid] = reading
 
             if old is not None and same_process:
-                if _process_fell(reading, old):
+                since_ns = carried_before.get(reading.pid, old.at_ns)
+                if _process_fell(reading, old, since_ns):
                     result.refused["counter_fell"] += 1
                     continue
                 base, born = old, False
@@ -151,7 +174,7 @@ class Tracker:
                     reading.major_faults,
                 )
             else:
-                observed = reading.at_ns - base.at_ns
+                observed = reading.at_ns - since_ns
                 user = reading.utime_ticks - base.utime_ticks
                 system = reading.stime_ticks - base.stime_ticks
                 faults = reading.major_faults - base.major_faults
@@ -164,6 +187,7 @@ class Tracker:
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
         self._cache = cache
+        self._carried_at = carried_at
         self._previous_listing_ns = listed_at_ns
         return result
 

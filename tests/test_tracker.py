@@ -349,3 +349,24 @@ def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
     outcome = tracker.advance([], 200 * SEC, [carried[0]._replace(at_ns=200 * SEC)])
     assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
     assert tracker.tracked_processes == 1  # the others were not seen
+
+
+def test_a_reading_carried_as_it_was_stands_for_the_instant_it_was_carried():
+    """The reader carries a quiet cgroup's processes as last pass's very readings, with
+    one instant for all (`carried_at_ns`): observed time runs from the instant each last
+    stood for — a read, or a carry — never from a reading's own older `at_ns`."""
+    tracker = Tracker(HZ)
+    a = proc(10, start=5_000, at=100 * SEC, user=3)
+    tracker.advance([a], 100 * SEC)
+    assert tracker.advance([], 160 * SEC, [a], 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
+    assert tracker.advance([], 200 * SEC, [a], 200 * SEC).carried == {b"0::/\n": [1, 40 * SEC]}
+    # read again (it ran): its interval starts at the last carry, not at its reading's 100 s
+    ran = proc(10, start=5_000, at=250 * SEC, user=5)
+    (delta,) = tracker.advance([ran], 250 * SEC).deltas
+    assert delta.fields.observed_nanos == 50 * SEC and delta.fields.cpu_user_nanos == 2 * TICK_NS
+    # a carry that would run backwards is refused, never a negative interval
+    tracker.advance([], 300 * SEC, [ran], 300 * SEC)
+    outcome = tracker.advance([], 290 * SEC, [ran], 290 * SEC)
+    assert outcome.carried == {} and outcome.refused == Counter(counter_fell=1)
+    with pytest.raises(ValueError):
+        tracker.advance([], 400 * SEC, [ran])
