@@ -18,10 +18,12 @@ read is an ordinary event (it is simply not read this pass).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
 from collector.groups import (
@@ -48,6 +50,16 @@ the 1024 descriptors a container runtime allows by default."""
 _KUBEPODS_DEPTH = 4  # kind: kubelet.slice/kubelet-kubepods.slice/…-burstable.slice/…-pod<uid>
 _PSI_FILES = (b"cpu.pressure", b"memory.pressure", b"io.pressure")
 _PSI = tuple[Pressure | None, Pressure | None, Pressure | None]
+
+
+@functools.lru_cache(maxsize=1024)
+def _cpu_stat(data: bytes) -> Mapping[bytes, int]:
+    """A `cpu.stat`, parsed once for the same bytes: an idle group's file reads the same
+    pass after pass (read-only, as it is shared)."""
+    return MappingProxyType(parse_flat_keyed(data))
+
+
+_psi_totals = functools.lru_cache(maxsize=1024)(parse_pressure)  # the same, for PSI files
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +154,7 @@ class CgroupFS:
         # each in a pass (this pass's), and as the last pass left them (`_stalled_below`).
         self._parents: dict[bytes, _PSI] = {}
         self._parents_before: dict[bytes, _PSI] = {}
+        self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
 
     # -- listing -----------------------------------------------------------------------
 
@@ -261,22 +274,25 @@ class CgroupFS:
         for directory in [d for d in self._held if d not in self._held_used]:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()
-        self._parents_before, self._parents = self._parents, {}
+        self._parents_before, self._parents, self._stalled = self._parents, {}, {}
 
     def _stalled_below(self, directory: bytes) -> tuple[bool, bool, bool]:
         """For cpu, memory and io: whether a cgroup below `directory`'s parent may have
         stalled since the last pass (`pressure_unmoved`). The parent's three files are read
         once a pass, at the first group below it, so before any of its groups is read."""
         parent = os.path.dirname(directory)
-        now = self._parents.get(parent)
-        if now is None:
+        stalled = self._stalled.get(parent)
+        if stalled is None:
             now = self._parents[parent] = tuple(
-                _parsed(parent + b"/" + name, parse_pressure) for name in _PSI_FILES
+                _parsed(parent + b"/" + name, _psi_totals) for name in _PSI_FILES
             )
-        before = self._parents_before.get(parent)
-        if before is None:
-            return (True, True, True)
-        return tuple(not pressure_unmoved(b, n) for b, n in zip(before, now, strict=True))
+            before = self._parents_before.get(parent)
+            stalled = self._stalled[parent] = (
+                (True, True, True)
+                if before is None
+                else tuple(not pressure_unmoved(b, n) for b, n in zip(before, now, strict=True))
+            )
+        return stalled
 
     def read_group(
         self, locations: list[Location], previous: CgroupReading | None = None
@@ -306,11 +322,11 @@ class CgroupFS:
         identity: list[tuple[str, int]] = []
         usage: int | None = None
         pressure: tuple[Pressure | None, Pressure | None, Pressure | None] = (None, None, None)
-        v2_stat: dict[bytes, int] | None = None
+        v2_stat: Mapping[bytes, int] | None = None
         if V2 in dirs:
             _, directory, inode, _ = dirs[V2]
             base, at = self._opener(directory, inode)
-            v2_stat = _parsed(base + b"cpu.stat", parse_flat_keyed, at)
+            v2_stat = _parsed(base + b"cpu.stat", _cpu_stat, at)
             if v2_stat is not None:
                 identity.append((V2, inode))
                 if b"usage_usec" in v2_stat:
@@ -337,7 +353,7 @@ class CgroupFS:
             bandwidth = previous.bandwidth
         else:
             root, directory, inode, location = dirs[source]
-            stat = v2_stat if source == V2 else _parsed(directory + b"/cpu.stat", parse_flat_keyed)
+            stat = v2_stat if source == V2 else _parsed(directory + b"/cpu.stat", _cpu_stat)
             if stat is not None:
                 bandwidth = self._bandwidth(root, location, inode, stat)
         return CgroupReading(held, usage, pressure, bandwidth)
@@ -356,17 +372,17 @@ class CgroupFS:
         reading of a group below is then later than its parent's of the same pass. A
         hierarchy's root has no parent: read.)"""
         if directory == self.hierarchies.v2:
-            return tuple(_parsed(base + name, parse_pressure, at) for name in _PSI_FILES)
+            return tuple(_parsed(base + name, _psi_totals, at) for name in _PSI_FILES)
         stalled = self._stalled_below(directory)
         same = previous is not None and (V2, inode) in previous.identity
         last = previous.pressure if same else (None, None, None)
         return tuple(
-            _parsed(base + name, parse_pressure, at) if moved or kept is None else kept
+            _parsed(base + name, _psi_totals, at) if moved or kept is None else kept
             for name, moved, kept in zip(_PSI_FILES, stalled, last, strict=True)
         )
 
     def _bandwidth(
-        self, root: bytes, location: Location, inode: int, stat: dict[bytes, int]
+        self, root: bytes, location: Location, inode: int, stat: Mapping[bytes, int]
     ) -> tuple[Bandwidth, ...] | None:
         """The bandwidth counters of the group's cgroup and, for a pod, of every cgroup
         below it: the kernel keeps them per cgroup, for that cgroup's own quota."""
@@ -380,7 +396,7 @@ class CgroupFS:
                 relative, directory = stack.pop()
                 for child, child_inode in _subdirs(directory):
                     path = relative + b"/" + child
-                    stat = _parsed(directory + b"/" + child + b"/cpu.stat", parse_flat_keyed)
+                    stat = _parsed(directory + b"/" + child + b"/cpu.stat", _cpu_stat)
                     counters = None if stat is None else _bandwidth_of(path, child_inode, stat)
                     if counters is not None:
                         found.append(counters)
@@ -427,7 +443,7 @@ def pressure_unmoved(before: Pressure | None, now: Pressure | None) -> bool:
     return before is not None and before == now
 
 
-def _bandwidth_of(path: bytes, inode: int, stat: dict[bytes, int]) -> Bandwidth | None:
+def _bandwidth_of(path: bytes, inode: int, stat: Mapping[bytes, int]) -> Bandwidth | None:
     """The bandwidth counters in one cgroup's parsed `cpu.stat`, v1 or v2; None without."""
     periods = stat.get(b"nr_periods")
     throttled = stat.get(b"nr_throttled")
