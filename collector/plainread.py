@@ -67,11 +67,11 @@ class PassReadings:
     vanished: int
     unreadable: int
     denied: int
-    # Carried over, their cgroup quiet, their threads unread: last pass's very readings,
-    # which stand for `carried_at_ns` (their own `at_ns` is when they were read), and
-    # `refreshed` new ones, whose `statm` and `cgroup` were read (the periodic refresh
-    # of memory and cgroup) at their own `at_ns`. Their footprints are their own fields
-    # (collector/aggregate.py sums them by cgroup).
+    # Carried over, their cgroup quiet, their threads unread: their last readings, the
+    # very objects, which stand for `carried_at_ns` (their own `at_ns` is when they were
+    # read), and `refreshed` new ones, whose `statm` and `cgroup` were read (the
+    # periodic refresh of memory and cgroup) at their own `at_ns`. Their footprints are
+    # their own fields (collector/aggregate.py sums them by cgroup).
     carried: tuple[ProcessReading, ...] = ()
     carried_at_ns: int | None = None
     refreshed: int = 0

@@ -243,7 +243,9 @@ class Reader:
                 if not cgroup_due(pid, passes):
                     if at_ns is None:
                         at_ns = self.clock()
-                    seen = previous  # its reading stands, for `at_ns`
+                    # its last sighting stands, its reading for `at_ns` (its `ran` is
+                    # older than this pass: at worst a whole read where a probe would do)
+                    seen = previous
                 else:
                     seen = self._refresh(pid, previous)
                     if seen is None:  # it left the cgroup, or is gone: read it whole
