@@ -16,6 +16,7 @@ goes with the literal proc fixture (tests/fixtures/proc).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -427,3 +428,25 @@ KIND = Layout(
 )
 
 LAYOUTS = {"v1": V1, "v2": V2, "cgroupns": CGROUPNS, "kind": KIND}
+
+
+class CgroupReads:
+    """Every cgroup file `CgroupFS` opens, as (directory, name): its one reading function
+    patched (a name opened at a held directory is resolved through /proc/self/fd)."""
+
+    def __init__(self, monkeypatch):
+        import collector.cgroupfs as cgroupfs
+
+        self.seen: list[tuple[str, str]] = []
+        real = cgroupfs._read
+
+        def counted(path: bytes, dir_fd: int | None = None) -> bytes | None:
+            where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else None
+            full = os.path.join(where, os.fsdecode(path)) if where else os.fsdecode(path)
+            self.seen.append((os.path.dirname(full), os.path.basename(full)))
+            return real(path, dir_fd)
+
+        monkeypatch.setattr(cgroupfs, "_read", counted)
+
+    def names_in(self, directory: Path | str) -> set[str]:
+        return {name for where, name in self.seen if where == str(directory)}

@@ -34,6 +34,7 @@ from collector.exporter import PassLoop
 from collector.model import CgroupFields, Fields
 from collector.parse import parse_flat_keyed, parse_pressure
 from collector.wiring import Options, build_engine
+from tests.cgroupfixture import CgroupReads
 from tests.cgroups import Workload, cgroups, enter, hierarchy
 
 pytestmark = pytest.mark.kernel
@@ -264,19 +265,10 @@ def test_pressure_below_a_still_parent_is_not_read_and_a_stall_below_is(monkeypa
     every child's `cpu.pressure` is read (the contended one's equals the kernel's,
     read right after), their `memory.pressure` and `io.pressure` still are not, and
     every total carried equals the kernel's."""
-    import collector.cgroupfs as cgroupfs_module
     from collector.cgroupfs import CgroupFS, Location
 
     root = hierarchy("v2")
-    opened: list[str] = []
-    real_read = cgroupfs_module._read
-
-    def counted(path: bytes, dir_fd: int | None = None) -> bytes | None:
-        where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else ""
-        opened.append(os.path.join(where, os.fsdecode(path)))
-        return real_read(path, dir_fd)
-
-    monkeypatch.setattr(cgroupfs_module, "_read", counted)
+    reads = CgroupReads(monkeypatch)
     parent = f"procdelta-psi-{uuid.uuid4().hex[:8]}"
     names = ("quiet", "contended")
     psi_files = ("cpu.pressure", "memory.pressure", "io.pressure")
@@ -292,7 +284,7 @@ def test_pressure_below_a_still_parent_is_not_read_and_a_stall_below_is(monkeypa
         previous: dict = {}
 
         def read_pass() -> dict:
-            opened.clear()
+            reads.seen.clear()
             got = fs.read_groups(targets, previous)
             fs.release_unused()
             previous.clear()
@@ -303,9 +295,7 @@ def test_pressure_below_a_still_parent_is_not_read_and_a_stall_below_is(monkeypa
             return tuple(parse_pressure(read(os.path.join(dirs[name], f))) for f in psi_files)
 
         def psi_read(name: str) -> set[str]:
-            return {os.path.basename(p) for p in opened if os.path.dirname(p) == dirs[name]} & set(
-                psi_files
-            )
+            return reads.names_in(dirs[name]) & set(psi_files)
 
         with Workload(quiet["v2"], "--idle", "1"), Workload(busy["v2"], "--idle", "1"):
             read_pass()

@@ -11,7 +11,7 @@ import pytest
 from collector.cgroupfs import CgroupFS, Location, detect
 from collector.cgroupguard import CgroupTracker
 from collector.groups import PodRef
-from tests.cgroupfixture import LAYOUTS, MAIN, CgroupTree, psi, v1_stat, v2_stat
+from tests.cgroupfixture import LAYOUTS, MAIN, CgroupReads, CgroupTree, psi, v1_stat, v2_stat
 
 
 @pytest.mark.parametrize(
@@ -198,27 +198,6 @@ def test_co_mounted_controllers_are_listed_once(tmp_path):
         assert sorted(loc.hierarchy for loc in locations) == ["cpu", "cpuacct"]
 
 
-class _CountingReads:
-    """Every cgroup file CgroupFS opens, as (directory, name)."""
-
-    def __init__(self, monkeypatch):
-        import collector.cgroupfs as cgroupfs
-
-        self.seen: list[tuple[str, str]] = []
-        real = cgroupfs._read
-
-        def counted(path: bytes, dir_fd: int | None = None) -> bytes | None:
-            where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else None
-            full = os.path.join(where, os.fsdecode(path)) if where else os.fsdecode(path)
-            self.seen.append((os.path.dirname(full), os.path.basename(full)))
-            return real(path, dir_fd)
-
-        monkeypatch.setattr(cgroupfs, "_read", counted)
-
-    def names_in(self, directory: Path) -> set[str]:
-        return {name for where, name in self.seen if where == str(directory)}
-
-
 def _psi_host(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     """A pure v2 host: `kubepods` (the parent) and two pods below it, every PSI file 0."""
     (tmp_path / "cgroup.controllers").write_text("cpu memory io\n")
@@ -240,7 +219,7 @@ def test_pressure_below_a_parent_whose_totals_did_not_move_is_carried_not_read(
     readings stand; one that moved has every child's file of it read again."""
     parent, pods = _psi_host(tmp_path)
     fs = CgroupFS(str(tmp_path))
-    reads = _CountingReads(monkeypatch)
+    reads = CgroupReads(monkeypatch)
     readings: dict = {}
 
     def read_pass() -> dict:
