@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from collector.groups import CgroupDirs, Group, Grouper
+from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_FIELD_NAMES,
     COUNTER_FIELD_NAMES,
@@ -33,6 +33,7 @@ class Grouped:
     footprints: dict[Group, FootprintSums]
     malformed_pids: set[int]
     cgroup_dirs: dict[Group, CgroupDirs]  # of each non-pod group seen: where its cgroup is
+    unplaced: int = 0  # processes read whose group their cgroup file could not tell
 
 
 def group_pass(
@@ -45,7 +46,8 @@ def group_pass(
     """Sum each process's delta and footprint into its group.
 
     Every process read whole has a footprint, so its group is found once, there. A process
-    whose cgroup file does not parse is left out of both and reported. For a non-pod group,
+    whose cgroup file does not parse, or whose group it cannot tell (`UNPLACED`), is left
+    out of both and reported. For a non-pod group,
     the directories of its own cgroup are taken from its first process (docs/reference.md §7).
 
     Processes carried over unread (`carried`, their deltas summed by cgroup file in
@@ -56,6 +58,7 @@ def group_pass(
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
     malformed: set[int] = set()
+    unplaced = 0
     dirs: dict[Group, CgroupDirs] = {}
     group_of_pid: dict[int, Group | None] = {}
 
@@ -79,6 +82,9 @@ def group_pass(
         except Malformed:
             malformed.add(seen.pid)
             continue
+        if group is UNPLACED:
+            unplaced += 1
+            group = None
         group_of_pid[seen.pid] = group
         if group is None:
             continue
@@ -88,7 +94,7 @@ def group_pass(
         footprint.rss_bytes += seen.rss_bytes
     for delta in deltas:
         group = group_of_pid.get(delta.reading.pid)
-        if group is None:  # dropped by --pods-only, or its cgroup file is malformed
+        if group is None:  # dropped by --pods-only, unplaced, or its cgroup file is malformed
             continue
         interval_of(group).add(delta.fields)
     by_cgroup: dict[bytes, list[int]] = {}  # [processes, threads, rss bytes]
@@ -112,7 +118,7 @@ def group_pass(
             interval = interval_of(group)
             interval.processes += processes
             interval.observed_nanos += observed
-    return Grouped(intervals, sums, malformed, dirs)
+    return Grouped(intervals, sums, malformed, dirs, unplaced)
 
 
 class Totals:

@@ -149,6 +149,7 @@ class Engine:
         dropped: Counter[str] = Counter(advance.refused)
         dropped["unreadable"] += readings.unreadable + len(grouped.malformed_pids)
         dropped["vanished"] += readings.vanished
+        dropped["unplaced"] += grouped.unplaced
         if grouped.malformed_pids:
             log.debug("cgroup file malformed for pids %s", sorted(grouped.malformed_pids))
 

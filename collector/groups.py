@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from collector.cgroupns import HOST, CgroupNamespace
 from collector.model import CgroupLine
 from collector.parse import parse_cgroup
 
@@ -59,6 +60,12 @@ class Group(NamedTuple):
 
     def label_dict(self) -> dict[str, str]:
         return dict(self.labels)
+
+
+UNPLACED = Group("unplaced", ())
+"""What `Grouper.group_of` says of a process whose group its cgroup file cannot tell (a
+path seen from a cgroup namespace whose root was not found on the host): it is counted,
+never summed or published."""
 
 
 def strip_namespace_prefix(path: str) -> str:
@@ -152,22 +159,20 @@ def _is_v2(line: CgroupLine) -> bool:
     return line.hierarchy == 0 and not line.controllers
 
 
-def group_path(lines: tuple[CgroupLine, ...]) -> str:
-    """The cgroup label of a process outside any pod: its v2 path, or the v1 `cpu` path.
+def group_path(lines: tuple[CgroupLine, ...]) -> str | None:
+    """The cgroup label of a process outside any pod: its v2 path, or the v1 `cpu` path,
+    from lines whose paths are the host's (`CgroupNamespace.host_path`).
 
     On a hybrid host both exist; the more specific one wins (v2 unless it is the root).
+    None when neither (nor, on a host with neither, any other hierarchy) was placed.
     """
     v2 = next((line.path for line in lines if _is_v2(line)), None)
     cpu = next((line.path for line in lines if "cpu" in line.controllers), None)
-    if v2 is not None:
-        v2 = strip_namespace_prefix(v2)
-    if cpu is not None:
-        cpu = strip_namespace_prefix(cpu)
     if v2 is not None and (v2 != "/" or cpu is None):
         return v2
     if cpu is not None:
         return cpu
-    return strip_namespace_prefix(lines[0].path)
+    return lines[0].path if lines else None
 
 
 HIERARCHY_ORDER = ("v2", "cpu", "cpuacct")
@@ -184,25 +189,20 @@ class Classified:
     where that cgroup's own directories are."""
 
     pod: PodRef | None
-    cgroup: str
+    cgroup: str | None  # None: its path could not be placed on the host (`classify`)
     dirs: CgroupDirs = ()
 
 
 def cgroup_dirs(lines: tuple[CgroupLine, ...], label: str) -> CgroupDirs:
     """Where a non-pod group's own cgroup counters are: each hierarchy in which the process
-    sits at the group's path, `label`. Never the root (its counters are the whole
-    machine's), never a hierarchy where the process sits elsewhere (on a hybrid host the
-    v1 controllers often hold every service at the root).
-
-    A path seen from another cgroup namespace lost its leading `/..` segments: it is taken
-    from the hierarchy's root, which is right for every cgroup outside the namespace's
-    own subtree (the reader's pod, whose pods are found by enumeration instead).
-    """
+    sits at the group's path, `label` (lines with the host's paths). Never the root (its
+    counters are the whole machine's), never a hierarchy where the process sits elsewhere
+    (on a hybrid host the v1 controllers often hold every service at the root)."""
     if label == "/":
         return ()
     dirs: list[tuple[str, str]] = []
     for line in lines:
-        if strip_namespace_prefix(line.path) != label:
+        if line.path != label:
             continue
         if _is_v2(line):
             dirs.append(("v2", label))
@@ -212,22 +212,42 @@ def cgroup_dirs(lines: tuple[CgroupLine, ...], label: str) -> CgroupDirs:
     return tuple(sorted(set(dirs), key=lambda d: HIERARCHY_ORDER.index(d[0])))
 
 
-def classify(cgroup_text: bytes) -> Classified:
-    """The group of a process from the bytes of its `/proc/<pid>/cgroup`.
+def classify(cgroup_text: bytes, namespace: CgroupNamespace = HOST) -> Classified:
+    """The group of a process from the bytes of its `/proc/<pid>/cgroup`, its paths read
+    as the host's through `namespace` (docs/reference.md §4).
 
     v2 first, then v1 `cpu`, then any other hierarchy (e.g. `name=systemd`): on cgroup v1
-    every controller holds a pod's processes at the same kubelet path.
+    every controller holds a pod's processes at the same kubelet path. A path that cannot
+    be placed on the host still names its pod where the pod's segment shows in it
+    (`/../../pod<uid>/<id>`); it never names a cgroup. A process outside any pod whose
+    path cannot be placed has no label (`Classified.cgroup` is None).
     """
     lines = parse_cgroup(cgroup_text)
-    ordered = sorted(lines, key=lambda line: (not _is_v2(line), "cpu" not in line.controllers))
-    for line in ordered:
-        pod = _pod_or_conmon(line.path)
+    hosts = [namespace.host_path(line) for line in lines]
+    ordered = sorted(
+        zip(lines, hosts, strict=True),
+        key=lambda pair: (not _is_v2(pair[0]), "cpu" not in pair[0].controllers),
+    )
+    for line, host in ordered:
+        pod = _pod_or_conmon(line.path if host is None else host)
         if pod is _Conmon.SCOPE:
             break  # the runtime's own process: no other hierarchy makes it a pod's
         if pod is not None:
             return Classified(pod, "")
-    label = group_path(lines)
-    return Classified(None, label, cgroup_dirs(lines, label))
+    # Outside any pod, the label is the v2 or the v1 cpu path: each must be placed, or the
+    # one left out might be the one that names the group.
+    if any(
+        host is None and (_is_v2(line) or "cpu" in line.controllers)
+        for line, host in zip(lines, hosts, strict=True)
+    ):
+        return Classified(None, None)
+    placed = tuple(
+        line._replace(path=host) for line, host in zip(lines, hosts, strict=True) if host
+    )
+    label = group_path(placed)
+    if label is None:
+        return Classified(None, None)
+    return Classified(None, label, cgroup_dirs(placed, label))
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,10 +334,17 @@ def _listdir(path: str) -> list[str]:
 class Grouper:
     """Turns a process's cgroup bytes into its `Group`, with names from `PodNames`."""
 
-    def __init__(self, names: PodNames, per_container: bool = False, pods_only: bool = False):
+    def __init__(
+        self,
+        names: PodNames,
+        per_container: bool = False,
+        pods_only: bool = False,
+        namespace: CgroupNamespace = HOST,
+    ):
         self.names = names
         self.per_container = per_container
         self.pods_only = pods_only
+        self.namespace = namespace  # how the paths this process reads become the host's
         # by the bytes of a cgroup file: its group and its own cgroup's directories
         self._groups: dict[bytes, tuple[Group | None, CgroupDirs]] = {}
         self._qos: dict[str, str] = {}  # by pod UID, from the pod's cgroup directory
@@ -341,7 +368,8 @@ class Grouper:
             self._groups.clear()
 
     def group_of(self, cgroup_text: bytes) -> Group | None:
-        """The group, or None when `--pods-only` drops it. Raises Malformed on bad text."""
+        """The group, None when `--pods-only` drops it, or `UNPLACED`. Raises Malformed on
+        bad text."""
         try:
             return self._groups[cgroup_text][0]
         except KeyError:
@@ -359,7 +387,7 @@ class Grouper:
         """Classify once per distinct cgroup file (processes of a group share its bytes)."""
         if len(self._groups) > 65536:
             self._groups.clear()
-        classified = classify(cgroup_text)
+        classified = classify(cgroup_text, self.namespace)
         found = self._groups[cgroup_text] = (self._group_of(classified), classified.dirs)
         return found
 
@@ -368,6 +396,8 @@ class Grouper:
         if pod is None:
             if self.pods_only:
                 return None
+            if classified.cgroup is None:
+                return UNPLACED
             return Group("cgroup", (("cgroup", classified.cgroup),))
         return self.pod_group(pod)
 

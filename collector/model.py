@@ -165,8 +165,11 @@ REFUSAL_REASONS: tuple[str, ...] = (
     "counter_fell",
     "unreadable",
     "vanished",
+    "unplaced",
 )
-"""Why a process contributed no delta in a pass (`procdelta_dropped_deltas_total{reason}`)."""
+"""Why a process contributed no delta in a pass (`procdelta_dropped_deltas_total{reason}`).
+`vanished` and `unplaced` (read whole, but its cgroup path could not be placed on the host:
+docs/reference.md §4) count processes whatever their guard said."""
 
 THREAD_REFUSAL_REASONS: tuple[str, ...] = REFUSAL_REASONS[:3]
 """Why a thread of a contributing process added nothing to its sums in a pass

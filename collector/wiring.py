@@ -9,9 +9,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collector import sources
+from collector import cgroupns, sources
 from collector.aggregate import Totals
-from collector.cgroupfs import CgroupFS
+from collector.cgroupfs import CgroupFS, detect
 from collector.engine import Engine
 from collector.exposition import Shapes
 from collector.groups import Grouper, PodNames
@@ -46,12 +46,20 @@ def build_engine(
     options: Options, clock: Callable[[], int] = boottime_ns, hz: int | None = None
 ) -> Engine:
     """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine, and
-    CgroupFS beside them unless the cgroup fields are off."""
+    CgroupFS beside them unless the cgroup fields are off. Where this process runs in a
+    cgroup namespace of its own, the Grouper reads paths through where its root sits on
+    the host (collector/cgroupns.py), found here, once."""
     reader = Reader(ProcFS(options.procfs), clock=clock)
     tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
     names = PodNames(options.pod_logs, options.container_logs)
-    grouper = Grouper(names, per_container=options.per_container, pods_only=options.pods_only)
     cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
+    hierarchies = cgroupfs.hierarchies if cgroupfs is not None else detect(options.cgroupfs)
+    grouper = Grouper(
+        names,
+        per_container=options.per_container,
+        pods_only=options.pods_only,
+        namespace=cgroupns.locate(options.procfs, hierarchies),
+    )
     return Engine(
         reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
     )
@@ -60,6 +68,7 @@ def build_engine(
 def node_sources(options: Options, engine: Engine) -> dict[str, bool]:
     """What the node provides (collector/sources.py), each missing one said once."""
     found = sources.probe_procfs(options.procfs)
+    found["cgroup_namespace_root"] = engine.grouper.namespace.complete
     if engine.cgroupfs is not None:
         found |= sources.probe_cgroups(engine.cgroupfs.hierarchies)
         if not options.pressure:

@@ -70,6 +70,9 @@ class Layout:
     processes: tuple[Process, ...] = ()
     pod_logs: tuple[str, ...] = ()  # <namespace>_<pod>_<uid>
     container_logs: tuple[str, ...] = ()  # <pod>_<namespace>_<container>-<id>.log
+    # where the reader's own cgroup namespace is rooted on the host (its v2 path), when the
+    # processes' paths are written as such a reader sees them
+    namespace_root: str | None = None
 
 
 class CgroupTree:
@@ -276,6 +279,8 @@ _C = "cccccccc-0000-4000-8000-00000000000c"  # Burstable, systemd driver, pure v
 _D = "dddddddd-0000-4000-8000-00000000000d"  # seen from another cgroup namespace
 _E = "eeeeeeee-0000-4000-8000-00000000000e"
 _F = "ffffffff-0000-4000-8000-00000000000f"  # kind's nested kubelet
+_R = "12121212-0000-4000-8000-000000000012"  # the reader's own pod (BestEffort)
+_RCID = "3c" * 32  # the reader's own container
 _CID, _CID2, _PAUSE = "1c" * 32, "2c" * 32, "9c" * 32
 
 
@@ -373,11 +378,16 @@ V2 = Layout(
 
 
 def _cgroupns_pass(n: int) -> Files:
-    # The reader runs in a pod at /kubepods/burstable/pod<self>/<id> with its own cgroup
-    # namespace: the other pods' and the services' paths in /proc start with `/..`.
+    # The reader runs in a pod at /kubepods/besteffort/pod<self>/<id> with its own cgroup
+    # namespace: it reads `/` for itself, `/../<id>` for its pod's pause container, and
+    # the other pods' and the services' paths start with `/../../..`.
     return {
         "cgroup.controllers": "cpu io memory pids\n",
         "cpu.pressure": psi(0),
+        f"kubepods/besteffort/pod{_R}/cpu.stat": v2_stat(n * 5 * 10**5, 0),
+        **pressure(f"kubepods/besteffort/pod{_R}", (0, 0)),
+        f"kubepods/besteffort/pod{_R}/{_RCID}/cpu.stat": v2_stat(n * 4 * 10**5, 0),
+        f"kubepods/besteffort/pod{_R}/{_PAUSE}/cpu.stat": v2_stat(n * 10**5, 0),
         f"kubepods/burstable/pod{_D}/cpu.stat": v2_stat(n * 3 * 10**6, 0),
         **pressure(f"kubepods/burstable/pod{_D}", (n * 10**5, 0)),
         f"kubepods/burstable/pod{_D}/{_CID}/cpu.stat": v2_stat(n * 3 * 10**6, 0),
@@ -397,8 +407,12 @@ CGROUPNS = Layout(
         # a Guaranteed pod: `/../../../pod<uid>/<id>`, no QoS directory in the path
         Process(60, "guaranteed", f"0::/../../../pod{_E}/{_CID2}\n", (0, 10**9), (0, 0)),
         Process(70, "foo", "0::/../../../../system.slice/foo.service\n", (0, 4 * 10**8), (0, 0)),
+        # the reader itself, and its pod's pause container beside it
+        Process(90, "procdelta", "0::/\n", (0, 4 * 10**8), (0, 0)),
+        Process(91, "pause", f"0::/../{_PAUSE}\n", (0, 10**8), (0, 0)),
     ),
-    pod_logs=(f"team_a-0_{_D}", f"team_b-0_{_E}"),
+    pod_logs=(f"team_a-0_{_D}", f"team_b-0_{_E}", f"monitoring_procdelta-x1_{_R}"),
+    namespace_root=f"/kubepods/besteffort/pod{_R}/{_RCID}",
 )
 
 _KIND = (

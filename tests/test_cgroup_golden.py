@@ -11,12 +11,14 @@ derived by hand from the layout. Rewrite the golden files after an intended chan
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
 from collector import output
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
+from collector.cgroupns import HOST, CgroupNamespace
 from collector.engine import Engine, PassResult
 from collector.groups import Grouper, PodNames
 from collector.procfs import ProcFS
@@ -38,10 +40,19 @@ def two_passes(layout: Layout, tmp_path: Path, per_container: bool = False) -> P
         (containers / name).touch()
     tree = CgroupTree(layout, str(tmp_path / "cgroup"))
     clock = ScriptedClock()
+    namespace = HOST
+    if layout.namespace_root == "?":  # a namespace whose root was not found
+        namespace = CgroupNamespace(MappingProxyType({}), missing=("v2",))
+    elif layout.namespace_root is not None:  # the v2 hierarchy's, ID 0
+        namespace = CgroupNamespace(MappingProxyType({0: layout.namespace_root}))
     engine = Engine(
         Reader(ProcFS(str(proc)), clock=clock, page_size=4096),
         Tracker(hz=100),
-        Grouper(PodNames(str(pods), str(containers)), per_container=per_container),
+        Grouper(
+            PodNames(str(pods), str(containers)),
+            per_container=per_container,
+            namespace=namespace,
+        ),
         Totals(),
         wall_clock=lambda: 1_700_000_000.0,
         timer=lambda: 0.0,
@@ -127,6 +138,28 @@ def test_paths_from_another_cgroup_namespace_find_their_cgroups(tmp_path):
     assert groups["a-0"].label_dict()["qos"] == "burstable"
     assert groups["b-0"].label_dict()["qos"] == "guaranteed"
     assert set(result.intervals) == set(result.cgroup_intervals)
+    # the reader's own pod holds the reader (`/`) and its pause container (`/../<id>`)
+    own = groups["procdelta-x1"]
+    assert result.footprints[own].processes == 2
+    assert result.intervals[own].on_cpu_nanos == 5 * 10**8
+    assert result.cgroup_intervals[own].cgroup_cpu_nanos == 5 * 10**8
+    assert result.dropped["unplaced"] == 0
+
+
+def test_a_namespace_whose_root_is_unknown_places_only_what_its_paths_tell(tmp_path):
+    """The same node read through a namespace whose root was not found: the pods whose
+    segment shows in their paths are still theirs; the reader, its pause container and
+    the service are counted as unplaced, never labelled."""
+    layout = LAYOUTS["cgroupns"]
+    unknown = Layout(
+        layout.passes, processes=layout.processes, pod_logs=layout.pod_logs, namespace_root="?"
+    )
+    result = two_passes(unknown, tmp_path)
+    named = {g.label_dict().get("pod") or g.label_dict().get("cgroup") for g in result.intervals}
+    assert named == {"a-0", "b-0"}
+    assert result.dropped["unplaced"] == 3  # the reader, its pause container, the service
+    # the reader's pod is still read from its directory: its cgroup fields are the kernel's
+    assert "procdelta-x1" in by_name(result)
 
 
 def test_kind_nested_kubelet(tmp_path):

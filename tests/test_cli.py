@@ -136,6 +136,8 @@ def test_missing_sources_are_said_once_at_start_and_exported(tmp_path):
     for source in ("cgroup_v2", "cgroup_v1_cpu", "cgroup_v1_cpuacct", "psi"):
         assert f'procdelta_source_available{{source="{source}"}} 0' in result.stdout
     assert 'procdelta_source_available{source="schedstat"} 1' in result.stdout
+    # run in the host's cgroup namespace: every path is the host's as read
+    assert 'procdelta_source_available{source="cgroup_namespace_root"} 1' in result.stdout
 
 
 def test_a_v1_host_is_told_why_pressure_is_absent():

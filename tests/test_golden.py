@@ -53,6 +53,7 @@ def test_fixture_pass_counts_every_refusal_reason():
         "pid_reused": 1,  # 501
         "counter_fell": 1,  # 1000
         "unreadable": 2,  # 400 (io), 800 (stat)
+        "unplaced": 0,
     }
     # 1100 contributes, but its thread 1101's write_bytes fell: that thread adds nothing.
     assert dict(result.dropped_threads) == {"first_seen": 0, "pid_reused": 0, "counter_fell": 1}
