@@ -5,8 +5,15 @@
 #   docker run --rm -v /proc:/host/proc:ro --cap-drop ALL \
 #     --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH -p 9746:9746 \
 #     "procdelta:$version" serve --path.procfs=/host/proc
+# Both stages start from BASE_IMAGE: a Python 3.11+ image with pip and venv whose python
+# is `python` on PATH (e.g. the same image through a registry mirror:
+# --build-arg BASE_IMAGE=mirror.example/library/python:3.11.14-slim-bookworm). The build
+# stage fetches the build backend and the dependencies from the package index.
+# tests/test_container.py builds it and runs it as the Helm chart's DaemonSet does.
 
-FROM python:3.11.14-slim-bookworm AS build
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY collector ./collector
@@ -14,7 +21,7 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/procdelta \
  && /opt/procdelta/bin/pip install --no-cache-dir /wheels/*.whl
 
-FROM python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE}
 # The project's version is pyproject.toml's; the image is labelled with what the build passes.
 ARG VERSION=unknown
 LABEL org.opencontainers.image.title="procdelta" \
