@@ -35,12 +35,13 @@ reads 30 times too low (ratios are unaffected). Expressions and thresholds are t
 
 class Prometheus:
     """A throwaway Prometheus server on loopback, scraping the given targets every second
-    and evaluating the project's rule file (windows of `RULE_WINDOW`) every second."""
+    and evaluating a rule file, the project's by default (windows of `RULE_WINDOW`), every
+    second."""
 
-    def __init__(self, directory: Path, targets: list[str]):
+    def __init__(self, directory: Path, targets: list[str], rule_file: Path = RULES):
         self.port = free_port()
         rules = directory / "procdelta.rules.yml"
-        rules.write_text(RULES.read_text().replace("[5m]", f"[{RULE_WINDOW}]"))
+        rules.write_text(rule_file.read_text().replace("[5m]", f"[{RULE_WINDOW}]"))
         config = directory / "prometheus.yml"
         config.write_text(
             "global:\n"

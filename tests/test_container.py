@@ -1,0 +1,643 @@
+"""The image, built from the Dockerfile, run by a real container runtime as the Helm chart's
+DaemonSet runs it, beside pods laid out as kubelet lays them out.
+
+podman builds the Dockerfile on a stand-in base image made from Debian's packages (no
+image registry is reachable; tests/containers.py), then runs procdelta with the flags of
+the chart's *rendered* DaemonSet (a spec field the translation does not know fails), in
+a pod cgroup of its own beside a pause-like sibling, once in each cgroup namespace mode:
+`host` (as on cgroup v1 nodes) and `private` (as on cgroup v2 nodes). Beside them a
+neighbour pod, a pause-like container and an app under a real CPU limit that burns CPU
+when the test asks, through a FIFO (blocked on it, it uses no CPU).
+
+What the collector serves is checked against the host's own files: the pods' names, the
+neighbour's cgroup CPU and throttling over one burst (exactly the kernel's), its own pod's
+processes, the cgroups its labels name; its health as the probes ask, its memory after 20
+passes; and a real Prometheus with the chart's rules. A missing podman fails, never skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from tests.cgroups import hierarchy
+from tests.containers import (
+    BASE_IMAGE,
+    PodmanRun,
+    UnsupportedSpec,
+    build_image,
+    build_mounts,
+    ensure_base_image,
+    hierarchies,
+    image_size,
+    pod_cgroup,
+    podman,
+    podman_run,
+    probe_url,
+    procs_below,
+    qos_class,
+    quantity,
+    remove_pod_cgroup,
+    ulimits,
+)
+from tests.net import free_port, http_get, wait_until
+from tests.test_end_to_end import Prometheus
+from tests.test_helm import generate, only, render, rule_file
+
+MODES = ("host", "private")
+INTERVAL = 2  # procdelta.interval for the test: seconds between passes
+BURST_SECONDS = 3.0
+"""The burst that is measured: started right after a pass, it spans the next one and ends
+in the middle of an interval (1.5 intervals), so that the pass after it reads counters the
+kernel has settled (the period timer counts an idle period or two after the last run)."""
+CGROUP_COUNTERS = (
+    "procdelta_cgroup_cpu_nanos_total",
+    "procdelta_cpu_periods_total",
+    "procdelta_cpu_throttled_periods_total",
+    "procdelta_cpu_throttled_nanos_total",
+)
+BURNER = """
+import os, time
+done = 0
+while True:
+    with open("/ctl/go") as fifo:  # blocks, using no CPU, until the test writes
+        seconds = float(fifo.read() or 0)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    done += 1
+    with open("/ctl/done.new", "w") as out:
+        out.write(str(done))
+    os.replace("/ctl/done.new", "/ctl/done")
+"""
+
+
+# -- the spec translation, on its own --------------------------------------------------------
+
+
+def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
+    """The chart's default DaemonSet, field by field: what kubelet and a CRI runtime make
+    of each, as podman flags."""
+    logs = {"podLogs": str(tmp_path / "pods"), "containerLogs": str(tmp_path / "containers")}
+    values = {"hostPaths": logs}
+    pod = only(render(values), "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    ports = iter([40001])
+    run = podman_run(
+        pod, lambda: next(ports), submounts=lambda path: [path + "/cpu", path + "/unified"]
+    )
+    assert (tmp_path / "pods").is_dir()  # DirectoryOrCreate, as kubelet does
+    assert run.args == container["args"]
+    assert run.ports == {9746: 40001, "metrics": 40001}
+    assert run.options == [
+        "--publish=127.0.0.1:40001:9746/tcp",
+        "--security-opt=no-new-privileges",
+        "--cap-drop=ALL",
+        "--cap-add=DAC_READ_SEARCH",
+        "--cap-add=SYS_PTRACE",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--user=0",
+        "--memory=134217728",
+        "--memory-swap=134217728",
+        "--cpu-shares=20",
+        "--volume=/proc:/host/proc:ro,rbind",
+        "--volume=/sys/fs/cgroup:/host/sys/fs/cgroup:ro,rbind",
+        "--volume=/sys/fs/cgroup/cpu:/host/sys/fs/cgroup/cpu:ro,bind",
+        "--volume=/sys/fs/cgroup/unified:/host/sys/fs/cgroup/unified:ro,bind",
+        f"--volume={tmp_path / 'pods'}:/var/log/pods:ro,rbind",
+        f"--volume={tmp_path / 'containers'}:/var/log/containers:ro,rbind",
+    ]
+    assert probe_url(container, "livenessProbe", run) == "http://127.0.0.1:40001/healthz"
+    assert qos_class(pod) == "burstable"  # requests without equal limits
+    assert pod_cgroup("burstable", "u") == "/kubepods/burstable/podu"
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        (lambda pod, c: pod.update(hostPID=True), "hostPID"),
+        (lambda pod, c: pod.update(initContainers=[{"name": "x"}]), "initContainers"),
+        (lambda pod, c: c.update(workingDir="/tmp"), "workingDir"),
+        (lambda pod, c: c["securityContext"].update(procMount="Unmasked"), "procMount"),
+        (lambda pod, c: c["securityContext"].update(runAsNonRoot=True), "runAsNonRoot"),
+        (lambda pod, c: c["resources"]["limits"].update({"ephemeral-storage": "1Gi"}), "ephem"),
+        (lambda pod, c: c["volumeMounts"][0].update(mountPropagation="HostToContainer"), "Mount"),
+        (lambda pod, c: c["volumeMounts"][1].update(readOnly=False), "recursiveReadOnly"),
+        (lambda pod, c: pod["volumes"][0].update(emptyDir={}), "volume"),
+        (lambda pod, c: pod["volumes"][0]["hostPath"].update(type="Socket"), "hostPath"),
+        (lambda pod, c: c["ports"][0].update(hostPort=9746), "port"),
+        (lambda pod, c: c.update(env=[{"name": "A", "valueFrom": {}}]), "env"),
+    ],
+)
+def test_a_field_the_translation_does_not_know_fails_loudly(change, complaint):
+    pod = only(render({}), "DaemonSet")["spec"]["template"]["spec"]
+    change(pod, pod["containers"][0])
+    with pytest.raises(UnsupportedSpec, match=complaint):
+        podman_run(pod, free_port, submounts=lambda path: [])
+
+
+def test_quantities():
+    assert quantity("128Mi") == 128 * 2**20
+    assert quantity("20m") == pytest.approx(0.02)
+    assert quantity("1.5") == 1.5 and quantity(2) == 2 and quantity("1G") == 1e9
+    with pytest.raises(UnsupportedSpec):
+        quantity("1Qi")
+
+
+# -- the image ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def report(request):
+    """Measurements, printed at the end of the session (and with -s, as they come)."""
+    lines: dict[str, str] = {}
+    yield lines
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and lines:
+        reporter.ensure_newline()
+        reporter.section("procdelta container measurements", sep="-")
+        for key, value in lines.items():
+            reporter.write_line(f"{key}: {value}")
+
+
+def note(report: dict[str, str], key: str, value: str) -> None:
+    report[key] = value
+    print(f"{key}: {value}")
+
+
+@pytest.fixture(scope="session")
+def image(report):
+    """The Dockerfile built once for the session, on the stand-in base; its tag removed at
+    the end (the base is kept for the next run)."""
+    started = time.monotonic()
+    base_existed = podman("image", "exists", BASE_IMAGE, check=False).returncode == 0
+    base = ensure_base_image()
+    made = time.monotonic()
+    tag = f"localhost/procdelta:test-{uuid.uuid4().hex[:12]}"
+    try:
+        build_image(tag, base, generate.version())
+        built = time.monotonic()
+        size = image_size(tag)
+        note(
+            report,
+            "image size",
+            f"{size / 1e6:.1f} MB ({tag}; base {image_size(base) / 1e6:.1f} MB)",
+        )
+        note(report, "base image", "reused" if base_existed else f"made in {made - started:.0f} s")
+        note(report, "image build", f"{built - made:.1f} s")
+        yield tag
+    finally:
+        podman("rmi", "--force", tag, check=False)
+
+
+@pytest.mark.container
+def test_image_runs_procdelta_and_holds_nothing_of_the_build_machine(image):
+    config = json.loads(podman("image", "inspect", "--format", "{{json .Config}}", image).stdout)
+    assert config["Entrypoint"] == ["procdelta"]
+    assert config["User"] == "0:0"
+    assert config["Labels"]["org.opencontainers.image.version"] == generate.version()
+    assert "9746/tcp" in config["ExposedPorts"]
+    help_text = podman("run", "--rm", "--pull=never", *ulimits(), image, "--help").stdout
+    assert "serve" in help_text
+    # what the build mounted for pip (config files, local indexes) is not in the image
+    machine = [
+        m.split(":")[1] for m in build_mounts() if not m.split("=")[1].startswith("/etc/ssl")
+    ]
+    check = "import os, sys; print([p for p in sys.argv[1:] if os.path.exists(p)])"
+    found = podman(
+        "run", "--rm", "--pull=never", *ulimits(), "--entrypoint=python3", image, "-c", check,
+        *machine,
+    ).stdout  # fmt: skip
+    assert found.strip() == "[]", found
+
+
+# -- the scene: the neighbour pod and procdelta's own pods -------------------------------------
+
+
+@dataclass
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    qos: str
+
+    @property
+    def cgroup(self) -> str:
+        return pod_cgroup(self.qos, self.uid)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "pod": self.name, "uid": self.uid, "qos": self.qos}
+
+
+class Page:
+    """One scrape of /metrics: its samples."""
+
+    def __init__(self, text: str):
+        self.samples = [
+            (sample.name, sample.labels, sample.value)
+            for family in parse_text(text)
+            for sample in family.samples
+        ]
+
+    def values(self, name: str, **labels: str) -> list[float]:
+        return [v for n, have, v in self.samples if n == name and labels.items() <= have.items()]
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.values(name, **labels)
+        assert len(found) == 1, f"{name}{labels}: {found}"
+        return found[0]
+
+    @property
+    def passes(self) -> int:
+        found = self.values("procdelta_passes_total")
+        return int(found[0]) if found else 0
+
+
+@dataclass
+class Collector:
+    mode: str
+    pod: Pod
+    container: str  # its container's name
+    run: PodmanRun
+    started: float  # time.monotonic() just before `podman run`
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.run.ports['metrics']}/metrics"
+
+    def page(self) -> Page:
+        return Page(http_get(self.url).decode())
+
+    def next_pass(self, after: int, timeout: float = 30) -> Page:
+        """The page of the first pass after pass number `after`."""
+
+        def newer() -> Page | None:
+            page = self.page()
+            return page if page.passes > after else None
+
+        return wait_until(newer, timeout, f"a pass after pass {after} ({self.mode})")
+
+    def state(self) -> dict:
+        return json.loads(podman("inspect", "--format", "{{json .State}}", self.container).stdout)
+
+
+@dataclass
+class Scene:
+    daemonset_container: dict
+    neighbour: Pod
+    collectors: dict[str, Collector]
+    control: Path  # the FIFO `go` and the file `done` the burner shares with the test
+
+    def trigger(self, seconds: float) -> int:
+        """Ask the neighbour's app for `seconds` of busy CPU; the bursts done before it."""
+        done = self.bursts_done()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                fifo = os.open(self.control / "go", os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as error:  # ENXIO: the app is not reading yet
+                assert error.errno == errno.ENXIO and time.monotonic() < deadline, error
+                time.sleep(0.01)
+        try:
+            os.write(fifo, f"{seconds}\n".encode())
+        finally:
+            os.close(fifo)
+        return done
+
+    def burn(self, seconds: float) -> float:
+        """A burst of `seconds`, waited for; the wall-clock time it ended."""
+        done = self.trigger(seconds)
+        wait_until(lambda: self.bursts_done() > done, seconds + 30, "the burst done")
+        return time.time()
+
+    def bursts_done(self) -> int:
+        with contextlib.suppress(FileNotFoundError):
+            return int((self.control / "done").read_text())
+        return 0
+
+
+def start(name: str, cgroup: str, mode: str, options: list[str], command: list[str]) -> str:
+    """A container started detached in a pod's cgroup (`command` starts with its image);
+    its id."""
+    return podman(
+        "run", "--detach", "--pull=never", "--name", name, *ulimits(),
+        f"--cgroup-parent={cgroup}", f"--cgroupns={mode}", *options, *command,
+    ).stdout.strip()  # fmt: skip
+
+
+def complete(page: Page) -> bool:
+    """A page after two passes, with the interval of the second."""
+    return page.passes >= 2 and any(n.startswith("procdelta_interval_") for n, _, _ in page.samples)
+
+
+@pytest.fixture(scope="module")
+def scene(image, report):
+    work = Path(tempfile.mkdtemp(prefix="procdelta-container-"))
+    suffix = uuid.uuid4().hex[:6]
+    names: list[str] = []
+    cgroups: list[str] = []
+    try:
+        pods, container_logs, control = work / "pods", work / "containers", work / "control"
+        for directory in (pods, container_logs, control):
+            directory.mkdir()
+        os.mkfifo(control / "go")
+        values = {
+            "procdelta": {"interval": INTERVAL},
+            "hostPaths": {"podLogs": str(pods), "containerLogs": str(container_logs)},
+        }
+        spec = only(render(values), "DaemonSet")["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+
+        def pod_started(pod: Pod) -> None:
+            (pods / f"{pod.namespace}_{pod.name}_{pod.uid}").mkdir()
+            cgroups.append(pod.cgroup)
+
+        def run(pod: Pod, role: str, mode: str, options: list[str], command: list[str]) -> str:
+            name = f"procdelta-test-{suffix}-{role}-{pod.name}"
+            names.append(name)
+            cid = start(name, pod.cgroup, mode, options, command)
+            (container_logs / f"{pod.name}_{pod.namespace}_{role}-{cid}.log").touch()
+            return name
+
+        neighbour = Pod("shop", f"checkout-{suffix}", str(uuid.uuid4()), "burstable")
+        pod_started(neighbour)
+        run(neighbour, "pause", "private", [], [BASE_IMAGE, "sleep", "infinity"])
+        app = ["--cpus=0.2", f"--volume={control}:/ctl:rw"]
+        run(neighbour, "app", "private", app, [BASE_IMAGE, "python3", "-c", BURNER])
+
+        collectors = {}
+        for mode in MODES:
+            pod = Pod(
+                "monitoring", f"procdelta-{mode}-{suffix}", str(uuid.uuid4()), qos_class(spec)
+            )
+            pod_started(pod)
+            run(pod, "pause", mode, [], [BASE_IMAGE, "sleep", "infinity"])
+            flags = podman_run(spec, free_port)
+            started = time.monotonic()
+            name = run(pod, "procdelta", mode, flags.options, [image, *flags.args])
+            collectors[mode] = Collector(mode, pod, name, flags, started)
+
+        waiting = dict(collectors)
+        deadline = time.monotonic() + 60
+        while waiting:
+            for mode, collector in list(waiting.items()):
+                with contextlib.suppress(OSError):
+                    if complete(collector.page()):
+                        seconds = time.monotonic() - collector.started
+                        note(report, f"first complete page ({mode})", f"{seconds:.1f} s")
+                        del waiting[mode]
+            if waiting and time.monotonic() > deadline:
+                logs = {
+                    m: podman("logs", c.container, check=False).stderr for m, c in waiting.items()
+                }
+                raise AssertionError(f"no complete page within 60 s: {sorted(waiting)}; {logs}")
+            time.sleep(0.05)
+        yield Scene(container, neighbour, collectors, control)
+    finally:
+        if names:
+            podman("rm", "--force", "--ignore", "--time=0", *names, check=False, timeout=120)
+        left = [path for cgroup in cgroups for path in remove_pod_cgroup(cgroup)]
+        shutil.rmtree(work, ignore_errors=True)
+        assert left == [], f"pod cgroups left behind: {left}"
+
+
+# -- what the collector serves -------------------------------------------------------------------
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_pods_are_named(scene, mode):
+    """Every pod of the scene, named from the pod-log directory, with its cgroup fields
+    (two passes after all were started: a cgroup's first sighting has no delta)."""
+    collector = scene.collectors[mode]
+    page = collector.next_pass(collector.page().passes + 1)
+    for pod in (scene.neighbour, *(c.pod for c in scene.collectors.values())):
+        for family in ("procdelta_footprint_processes", "procdelta_cgroup_cpu_nanos_total"):
+            assert page.values(family, **pod.labels), f"no {family} of {pod.labels}"
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_health_answers_as_the_probes_ask(scene, mode):
+    collector = scene.collectors[mode]
+    for probe in ("readinessProbe", "livenessProbe"):
+        url = probe_url(scene.daemonset_container, probe, collector.run)
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert response.status == 200, (probe, url)
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_host_paths_are_read_only_inside(scene, mode):
+    """Its root and every host path, down to each cgroup controller of this hybrid host,
+    are mounted read-only (the chart's readOnly and recursiveReadOnly)."""
+    pid = scene.collectors[mode].state()["Pid"]
+    mounts = {}
+    with open(f"/proc/{pid}/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            mounts[fields[4]] = fields[5].split(",")
+    assert "ro" in mounts["/"]
+    targets = [m["mountPath"] for m in scene.daemonset_container["volumeMounts"]]
+    below = {
+        point: options for point, options in mounts.items() if point.startswith(tuple(targets))
+    }
+    assert {"/host/sys/fs/cgroup/cpu", "/host/sys/fs/cgroup/cpuacct"} <= set(below)
+    assert "/host/sys/fs/cgroup/unified" in below
+    assert {point for point, options in below.items() if "ro" not in options} == set()
+
+
+def host_cgroups() -> set[str]:
+    """Every cgroup of the host's v2 tree and v1 `cpu` hierarchy, as a path from its root."""
+    found = set()
+    for root in (hierarchy("v2"), hierarchy("cpu")):
+        for directory, _, _ in os.walk(root):
+            found.add("/" + os.path.relpath(directory, root).removeprefix("."))
+    return found
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_no_label_names_a_cgroup_the_host_lacks(scene, mode):
+    """Each cgroup group of a pass (a process seen in it) names a cgroup of the host: one
+    there before the pass or still there after it (other tests make and remove cgroups)."""
+    collector = scene.collectors[mode]
+    before = host_cgroups()
+    page = collector.next_pass(collector.page().passes + 1)  # a whole pass after `before`
+    after = host_cgroups()
+    labels = {
+        labels["cgroup"]
+        for name, labels, _ in page.samples
+        if name == "procdelta_footprint_processes" and "cgroup" in labels
+    }
+    assert "/" in labels, "no cgroup group on the page"
+    missing = sorted(labels - before - after)
+    assert missing == [], f"labels naming no cgroup of the host: {missing}"
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_its_own_pod_holds_every_process_of_its_cgroup(scene, mode):
+    """procdelta's own pod counts each process the host's cgroup tree puts in it: its own,
+    its sibling's and, in the v1 hierarchies only, podman's conmon monitors."""
+    collector = scene.collectors[mode]
+    tree = hierarchy("cpu") + collector.pod.cgroup
+
+    def stable() -> tuple[set[int], Page] | None:
+        before = procs_below(tree)
+        page = collector.next_pass(collector.page().passes)
+        return (before, page) if procs_below(tree) == before else None
+
+    pids, page = wait_until(stable, 30, "the pod's processes stable over a pass")
+    conmons = procs_below(tree + "/conmon")
+    assert conmons and len(pids) == 2 + len(conmons)  # procdelta, the pause-like sibling
+    assert procs_below(hierarchy("v2") + collector.pod.cgroup) == pids - conmons
+    footprint = page.values("procdelta_footprint_processes", uid=collector.pod.uid)
+    assert footprint == [len(pids)], (
+        f"procdelta_footprint_processes of its own pod: {footprint}, "
+        f"the host's cgroup tree holds {len(pids)}"
+    )
+
+
+def kernel_counters(pod: Pod) -> dict[str, int]:
+    """The kernel's files for what procdelta counts of a pod's cgroup (docs/reference.md
+    §7): the CPU usage of the pod's directory (v2 `cpu.stat` where the hybrid host's v2
+    tree has it, as here, else v1 `cpuacct.usage`), and the bandwidth counters summed
+    over the pod's directory and every one below it in the v1 `cpu` hierarchy."""
+    v2 = Path(hierarchy("v2") + pod.cgroup) / "cpu.stat"
+    if v2.exists():
+        stat = dict(line.split() for line in v2.read_text().splitlines())
+        usage = int(stat["usage_usec"]) * 1000
+    else:
+        usage = int((Path(hierarchy("cpuacct") + pod.cgroup) / "cpuacct.usage").read_text())
+    periods = throttled = throttled_ns = 0
+    for directory, _, _ in os.walk(hierarchy("cpu") + pod.cgroup):
+        stat = dict(
+            line.split() for line in (Path(directory) / "cpu.stat").read_text().splitlines()
+        )
+        periods += int(stat["nr_periods"])
+        throttled += int(stat["nr_throttled"])
+        throttled_ns += int(stat["throttled_time"])
+    return dict(zip(CGROUP_COUNTERS, (usage, periods, throttled, throttled_ns), strict=True))
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_neighbours_cpu_and_throttling_are_the_kernels(scene, mode):
+    """Over one burst under its 0.2-CPU limit, the neighbour's cgroup CPU and throttling
+    counters move exactly as the kernel's files do."""
+    collector, pod = scene.collectors[mode], scene.neighbour
+    # A short burst right after a pass, so that the next pass reads the pod's counters
+    # settled (their usage moved since the pass before, so its bandwidth is read too).
+    page = collector.next_pass(collector.page().passes)
+    scene.burn(0.1)
+    before_page = collector.next_pass(page.passes)
+    before = kernel_counters(pod)
+    ended = scene.burn(BURST_SECONDS)
+
+    def settled() -> Page | None:
+        page = collector.page()
+        return page if page.value("procdelta_last_pass_timestamp_seconds") > ended + 0.5 else None
+
+    after_page = wait_until(settled, 30, "a pass after the burst settled")
+    after = kernel_counters(pod)
+    time.sleep(0.3)
+    assert kernel_counters(pod) == after, "the neighbour did not stay idle"
+    seen = {
+        name: int(after_page.value(name, **pod.labels) - before_page.value(name, **pod.labels))
+        for name in CGROUP_COUNTERS
+    }
+    kernel = {name: after[name] - before[name] for name in CGROUP_COUNTERS}
+    print(f"{mode}: procdelta {seen}, kernel {kernel}")
+    assert kernel["procdelta_cpu_throttled_periods_total"] > 0
+    assert kernel["procdelta_cgroup_cpu_nanos_total"] > 0.15e9  # 0.2 CPU for 3 s
+    assert seen == kernel
+
+
+# -- a real Prometheus with the chart's rules ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prometheus(scene, tmp_path_factory):
+    """One Prometheus per collector, with the chart's rendered PrometheusRule, while the
+    neighbour burns without pause."""
+    directory = tmp_path_factory.mktemp("prometheus")
+    rules = rule_file({}, directory / "chart.rules.yml")
+    scene.trigger(600)  # busy until its container is removed
+    servers: dict[str, Prometheus] = {}
+    try:
+        for mode, collector in scene.collectors.items():
+            (directory / mode).mkdir()
+            target = f"127.0.0.1:{collector.run.ports['metrics']}"
+            servers[mode] = Prometheus(directory / mode, [target], rule_file=rules)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_rules_find_the_neighbour_throttled_not_starved(prometheus, scene, mode):
+    server, pod = prometheus[mode], scene.neighbour
+    selector = f'namespace="{pod.namespace}",pod="{pod.name}"'
+    wait_until(
+        lambda: server.query(f'ALERTS{{alertname="ProcdeltaPodCPUThrottled",{selector}}}'),
+        90,
+        "ProcdeltaPodCPUThrottled raised for the neighbour",
+    )
+    share = server.query(
+        f"namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m{{{selector}}}"
+    )
+    assert len(share) == 1 and float(share[0]["value"][1]) > 0.5
+    # its run delay alone would call it starved; its own limit explains the wait
+    starvation = server.query(f"namespace_pod:procdelta_cpu_starvation:ratio_rate5m{{{selector}}}")
+    assert len(starvation) == 1 and float(starvation[0]["value"][1]) > 0.25
+    assert not server.query(f'ALERTS{{alertname="ProcdeltaPodCPUStarved",{selector}}}')
+
+
+# -- after 20 passes ------------------------------------------------------------------------------
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_after_twenty_passes_it_runs_within_its_memory_limit(scene, mode, report):
+    collector = scene.collectors[mode]
+    wait_until(lambda: collector.page().passes >= 20, 30 * INTERVAL, "20 passes")
+    state = collector.state()
+    assert state["Running"] and not state["OOMKilled"] and state["Restarting"] is False, state
+    assert state["ExitCode"] == 0
+    cid = podman("inspect", "--format", "{{.Id}}", collector.container).stdout.strip()
+    memory = Path(hierarchies()["memory"] + collector.pod.cgroup) / f"libpod-{cid}"
+    resources = scene.daemonset_container["resources"]
+    limit = int(quantity(resources["limits"]["memory"]))
+    request = int(quantity(resources["requests"]["memory"]))
+    assert int((memory / "memory.limit_in_bytes").read_text()) == limit
+    peak = int((memory / "memory.max_usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (memory / "memory.stat").read_text().splitlines())
+    with open(f"/proc/{state['Pid']}/status") as status:
+        vmrss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+    mib = 2**20
+    note(
+        report,
+        f"memory after {collector.page().passes} passes ({mode})",
+        f"VmRSS {vmrss / mib:.1f} MiB, cgroup rss {int(stat['rss']) / mib:.1f} MiB, "
+        f"cgroup peak usage {peak / mib:.1f} MiB; request {request / mib:.0f} MiB, "
+        f"limit {limit / mib:.0f} MiB",
+    )
+    assert peak < limit and vmrss < limit
