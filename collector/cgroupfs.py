@@ -33,7 +33,14 @@ from collector.groups import (
     leads_to_pods,
     pod_of_dir,
 )
-from collector.model import Bandwidth, CgroupReading, Malformed, Pressure
+from collector.model import (
+    WHOLE_READ_PASSES,
+    Bandwidth,
+    CgroupReading,
+    Malformed,
+    Pressure,
+    whole_read_due,
+)
 from collector.parse import parse_flat_keyed, parse_pressure, parse_single_value
 
 log = logging.getLogger(__name__)
@@ -142,9 +149,16 @@ class CgroupFS:
     mounts are made at boot; a collector started before them is restarted by its
     liveness probe or by hand, and says at start-up what it found)."""
 
-    def __init__(self, root: str = "/sys/fs/cgroup", pressure: bool = True):
+    def __init__(
+        self,
+        root: str = "/sys/fs/cgroup",
+        pressure: bool = True,
+        whole_read_passes: int | None = WHOLE_READ_PASSES,
+    ):
         self.root = root
         self.pressure = pressure
+        # K (collector/model.py); None only where a test looks at one shortcut alone
+        self.whole_read_passes = whole_read_passes
         self.hierarchies = detect(root)
         self._dirs: dict[tuple[tuple[str, ...], bytes], tuple[PodRef | None, bool]] = {}
         self._held: dict[bytes, tuple[int, int]] = {}  # directory → (inode, O_PATH fd)
@@ -155,6 +169,7 @@ class CgroupFS:
         self._parents: dict[bytes, _PSI] = {}
         self._parents_before: dict[bytes, _PSI] = {}
         self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
+        self._passes = 1  # this pass's number (`release_unused` ends one)
 
     # -- listing -----------------------------------------------------------------------
 
@@ -275,6 +290,7 @@ class CgroupFS:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()
         self._parents_before, self._parents, self._stalled = self._parents, {}, {}
+        self._passes += 1
 
     def _stalled_below(self, directory: bytes) -> tuple[bool, bool, bool]:
         """For cpu, memory and io: whether a cgroup below `directory`'s parent may have
@@ -304,7 +320,9 @@ class CgroupFS:
 
         With the group's `previous` reading, the bandwidth counters are carried over
         unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
-        totals when its parent's did not move (`pressure_unmoved`).
+        totals when its parent's did not move (`pressure_unmoved`) — but for one pass in
+        `WHOLE_READ_PASSES` (staggered by the inode of the group's first directory), which
+        reads every file: whatever those facts miss is read then, never lost.
         """
         dirs: dict[str, tuple[bytes, bytes, int, Location]] = {}
         for location in locations:
@@ -319,6 +337,11 @@ class CgroupFS:
                 except OSError:
                     continue  # gone
             dirs[location.hierarchy] = (root, directory, inode, location)
+        if not dirs:
+            return None
+        every = self.whole_read_passes
+        if every is not None and whole_read_due(next(iter(dirs.values()))[2], self._passes, every):
+            previous = None  # read whole: nothing carried over
         identity: list[tuple[str, int]] = []
         usage: int | None = None
         pressure: tuple[Pressure | None, Pressure | None, Pressure | None] = (None, None, None)
@@ -402,6 +425,12 @@ class CgroupFS:
                         found.append(counters)
                     stack.append((path, directory + b"/" + child))
         return tuple(found)
+
+
+def usage_hierarchy(reading: CgroupReading) -> str:
+    """The hierarchy a reading's usage came from: v1 `cpuacct` where it was read (only
+    where the v2 `cpu.stat` had none), else v2 (`read_group`)."""
+    return CPUACCT if any(h == CPUACCT for h, _ in reading.identity) else V2
 
 
 def _bandwidth_unchanged(

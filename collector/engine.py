@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -12,9 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
-from collector.cgroupfs import CgroupFS, Location
+from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
 from collector.cgroupguard import CgroupAdvance, CgroupTracker
-from collector.groups import CgroupDirs, Group, Grouper
+from collector.groups import CgroupDirs, Group, Grouper, host_path_in
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
@@ -125,8 +126,9 @@ class Engine:
         began = self.timer()
         with _cyclic_gc_paused():
             self.grouper.refresh()
-            early = self._read_cgroups(self._known_cgroups())
-            readings = self.reader.read_pass(self._quiet(early) if self.skip_quiet else None)
+            known = self._known_cgroups()
+            early = self._read_cgroups(known)
+            readings = self.reader.read_pass(self._quiet(early, known) if self.skip_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
             advance = self.tracker.advance(
                 readings.processes,
@@ -211,38 +213,50 @@ class Engine:
             return {}
         return self.cgroupfs.read_groups(targets, self._cgroup_readings)
 
-    def _quiet(self, early: Mapping[Group, CgroupReading]) -> Callable[[bytes], bool] | None:
+    def _quiet(
+        self, early: Mapping[Group, CgroupReading], known: Mapping[Group, list[Location]]
+    ) -> Callable[[bytes], bool] | None:
         """Whether a process's cgroup (by its `cgroup` file) did not run since the last
         pass: its group's cgroup, read at the start of this pass and of the last one
-        (before the processes were read), is the same cgroup with the same usage. The
-        group is the one the process is summed in, whose cgroup is the deepest one read
-        that holds it: its pod's, its container's with `--per-container`, its own.
+        (before the processes were read), is the same cgroup with the same usage, and it
+        holds the process: the process's path in the hierarchy the usage came from is
+        that cgroup's directory or below it. (A group names its processes by one path;
+        a process may sit elsewhere in another hierarchy — at the v2 root beside a v1 pod
+        path, say — where that usage does not count it.)
 
         (A non-pod group seen for the first time is read at the end of its pass, after
         its processes: it proves nothing until it has been read at a pass's start. The
         reader's own rule — it carries only processes whose `cgroup` file read the same
         twice — implies as much; the check here keeps the proof in one place.)"""
         before = self._cgroup_readings
-        quiet = {
-            group
-            for group, now in early.items()
-            if group in self._read_early
-            and now.usage_ns is not None
-            and (last := before.get(group)) is not None
-            and last.usage_ns == now.usage_ns
-            and last.identity == now.identity
-        }
+        quiet: dict[Group, tuple[str, bytes]] = {}  # the usage's hierarchy and directory
+        for group, now in early.items():
+            if (
+                group in self._read_early
+                and now.usage_ns is not None
+                and (last := before.get(group)) is not None
+                and last.usage_ns == now.usage_ns
+                and last.identity == now.identity
+            ):
+                hierarchy = usage_hierarchy(now)
+                where = next((loc.path for loc in known[group] if loc.hierarchy == hierarchy), None)
+                if where is not None:
+                    quiet[group] = (hierarchy, where)
         if not quiet:
             return None
-        group_of, known = self.grouper.group_of, {}
+        grouper, answers = self.grouper, {}
 
         def in_quiet(cgroup_text: bytes) -> bool:
-            answer = known.get(cgroup_text)
+            answer = answers.get(cgroup_text)
             if answer is None:
                 try:
-                    answer = known[cgroup_text] = group_of(cgroup_text) in quiet
+                    usage = quiet.get(grouper.group_of(cgroup_text))
+                    answer = usage is not None and _holds(
+                        usage[1], host_path_in(cgroup_text, usage[0], grouper.namespace)
+                    )
                 except Malformed:
-                    answer = known[cgroup_text] = False
+                    answer = False
+                answers[cgroup_text] = answer
             return answer
 
         return in_quiet
@@ -262,6 +276,14 @@ class Engine:
         self._cgroup_dirs = grouped.cgroup_dirs
         self.cgroupfs.release_unused()
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
+
+
+def _holds(directory: bytes, path: str | None) -> bool:
+    """Whether a cgroup directory (its path from the hierarchy's root) is `path` or above it."""
+    if path is None:
+        return False
+    where = os.fsencode(path)
+    return where == directory or where.startswith(directory + b"/")
 
 
 def _locations(dirs: CgroupDirs) -> list[Location]:

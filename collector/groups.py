@@ -108,6 +108,18 @@ def _pod_or_conmon(path: str) -> PodRef | _Conmon | None:
     return None
 
 
+def host_path_in(
+    cgroup_text: bytes, hierarchy: str, namespace: CgroupNamespace = HOST
+) -> str | None:
+    """The host path of a process in one hierarchy (`v2`, `cpu` or `cpuacct`), from its
+    cgroup file; None where the file has no such line or it cannot be placed. Raises
+    Malformed on bad text."""
+    for line in parse_cgroup(cgroup_text):
+        if (hierarchy == "v2" and _is_v2(line)) or hierarchy in line.controllers:
+            return namespace.host_path(line)
+    return None
+
+
 def pod_of_dir(parents: list[str], name: str) -> PodRef | None:
     """The pod whose own cgroup directory is `name`, under directories `parents` (from
     the hierarchy's root), or None: one pattern match, the QoS class from the path."""

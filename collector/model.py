@@ -159,6 +159,19 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
 COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
 """Every field but `processes`: the ones accumulated as `_total` counters."""
 
+WHOLE_READ_PASSES = 8
+"""K, the bound of every shortcut that reads less: each process, with all its threads
+(collector/reading.py), and each group's cgroup directory, with all its files
+(collector/cgroupfs.py), is read whole at least once every this many passes, staggered
+so that each pass reads about 1/K of them whole."""
+
+
+def whole_read_due(key: int, passes: int, every: int = WHOLE_READ_PASSES) -> bool:
+    """Whether this pass reads whole the process (by PID) or the cgroup (by the inode of
+    its directory) `key`: once every `every` passes, staggered by the key."""
+    return not (key + passes) % every
+
+
 REFUSAL_REASONS: tuple[str, ...] = (
     "first_seen",
     "pid_reused",

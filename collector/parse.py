@@ -82,16 +82,6 @@ def parse_stat(data: bytes) -> Stat:
     ))  # fmt: skip
 
 
-def parse_statm_resident(data: bytes) -> int:
-    """Field 2 of `/proc/<pid>/statm`, resident pages: the same counters (file, anonymous
-    and shared memory pages mapped) as `stat` field 24, from a file the kernel renders in
-    half the time."""
-    parts = data.split(None, 2)
-    if len(parts) < 2 or not parts[1].isdigit():
-        raise Malformed("statm", data)
-    return int(parts[1])
-
-
 def parse_start_ticks(data: bytes) -> int:
     """Only field 22 of a `stat` file: a thread's start time, in ticks since boot."""
     close_paren = data.rfind(b")")

@@ -67,19 +67,17 @@ class PassReadings:
     vanished: int
     unreadable: int
     denied: int
-    # Carried over, their cgroup quiet, their threads unread: their last readings, the
+    # Carried over, their cgroup quiet, no file of theirs read: their last readings, the
     # very objects, which stand for `carried_at_ns` (their own `at_ns` is when they were
-    # read), and `refreshed` new ones, whose `statm` and `cgroup` were read (the
-    # periodic refresh of memory and cgroup) at their own `at_ns`. Their footprints are
-    # their own fields (collector/aggregate.py sums them by cgroup).
+    # read). Their footprints are their own fields (collector/aggregate.py sums them by
+    # cgroup).
     carried: tuple[ProcessReading, ...] = ()
     carried_at_ns: int | None = None
-    refreshed: int = 0
 
     @property
     def carried_by_cgroup(self) -> int:
         """The processes of which this pass read no file: their cgroup had not run."""
-        return len(self.carried) - self.refreshed
+        return len(self.carried)
 
     @property
     def every_process(self) -> tuple[ProcessReading, ...]:

@@ -5,7 +5,13 @@ of every process. This reader keeps what the last pass saw of each process (`_Se
 and skips a read where a kernel fact proves its answer unchanged. Each shortcut is one
 predicate below, its docstring the fact it rests on; `Reader` only applies them. The
 readings equal the plain reader's (tests/test_incremental.py, tests/test_quiet_cgroups.py)
-but for the periodic refreshes and the kernel timing said at `in_quiet_cgroup`.
+but for the kernel timing said at `in_quiet_cgroup`.
+
+The bound: whatever a shortcut's fact misses (a kernel timing, a layout nobody foresaw),
+every process is read whole, as the plain reader reads it, at least once every
+`WHOLE_READ_PASSES` passes (`whole_read_due`, staggered by PID so that no pass pays it
+all). The counters only grow, and the guard subtracts the last reading it was given, so
+what a shortcut missed is counted at that read: at most that many passes late, never lost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from collector.model import (
+    WHOLE_READ_PASSES,
     IOBytes,
     ProcError,
     ProcessGone,
@@ -23,13 +30,13 @@ from collector.model import (
     Stat,
     ThreadReading,
     build,
+    whole_read_due,
 )
 from collector.parse import (
     parse_io,
     parse_schedstat,
     parse_start_ticks,
     parse_stat,
-    parse_statm_resident,
     parse_status_switches,
 )
 from collector.plainread import (
@@ -42,7 +49,7 @@ from collector.plainread import (
 )
 from collector.procfs import ProcFS
 
-__all__ = ["CGROUP_REVALIDATE_PASSES", "Footprint", "PassReadings", "Reader", "Unreadable",
+__all__ = ["WHOLE_READ_PASSES", "Footprint", "PassReadings", "Reader", "Unreadable",
            "boottime_ns"]  # fmt: skip
 
 
@@ -87,10 +94,6 @@ class _Threads(NamedTuple):
 _NO_PROBE = _Probe(None, {}, False)
 _LEADER = -1  # the inode stand-in of a leader known by its process's start time
 
-CGROUP_REVALIDATE_PASSES = 8
-"""A process's cgroup file is re-read at least every this many passes (`cgroup_due`)."""
-
-
 # -- the shortcuts, each the kernel fact it rests on ---------------------------------------
 
 
@@ -109,9 +112,10 @@ def did_not_run(old: _ThreadSeen, schedstat: bytes) -> bool:
 
     Kernel fact: `schedstat` holds the thread's on-CPU time, run delay and run count,
     each only growing; the same bytes mean none moved, so nothing charged to the thread
-    (switches, storage bytes) moved either.
+    (switches, storage bytes) moved either. A run count of 0 is no evidence: a kernel
+    that keeps no sched_info prints `0 0 0` for every thread, however much it ran.
     """
-    return old.schedstat == schedstat
+    return old.schedstat == schedstat and old.reading.timeslices > 0
 
 
 def only_waited(before: ThreadReading, on_cpu_ns: int, timeslices: int) -> bool:
@@ -119,9 +123,12 @@ def only_waited(before: ThreadReading, on_cpu_ns: int, timeslices: int) -> bool:
 
     Kernel fact: context switches and storage bytes are counted in the thread's own
     context, which needs it on a CPU; with its on-CPU time and run count unchanged it
-    was not, so its `status` and `io` are not read.
+    was not, so its `status` and `io` are not read. (Both are needed: `schedstat` prints
+    the on-CPU time last charged, at a tick or a switch, so a thread picked since the
+    last pass and still on its CPU shows the same on-CPU time; its run count moved when
+    it was picked. A run count of 0 is no evidence, as for `did_not_run`.)
     """
-    return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices
+    return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0
 
 
 def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
@@ -143,13 +150,6 @@ def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> bool:
     return previous is not None and previous.ino == ino and confirmed
 
 
-def cgroup_due(pid: int, passes: int) -> bool:
-    """This pass re-reads the process's `cgroup` (and, for a carried process, its
-    `stat`): every `CGROUP_REVALIDATE_PASSES` passes, staggered by PID. A process moved
-    to another cgroup later in its life is seen there within that many passes."""
-    return not (pid + passes) % CGROUP_REVALIDATE_PASSES
-
-
 def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
     """Whether a known process is in a cgroup that has not run since it was last read:
     its cgroup's CPU usage did not move (`quiet`, decided by the caller with the cgroup
@@ -165,8 +165,10 @@ def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
     process: deferred, never lost (the guard compares with the last reading it got).
 
     The process's cgroup is the one its `cgroup` file said when last read (at most
-    `CGROUP_REVALIDATE_PASSES` passes ago, as for every attribution): a process moved
-    out of a quiet cgroup since is read when that file is read again.
+    `WHOLE_READ_PASSES` passes ago, as for every attribution): a process moved out of a
+    quiet cgroup since is read when it is next read whole, and counted then. The caller
+    also checks that the cgroup whose usage stood still holds the process (its path in
+    that hierarchy), not merely names its group.
     """
     return quiet(previous.reading.cgroup)
 
@@ -188,10 +190,9 @@ class Reader:
       instant of the pass (`PassReadings.carried_at_ns`), apart from the processes read
       (`PassReadings.carried`), so that the guard and the sums take them as a block.
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
-      into its container's cgroup just after it starts), then when `cgroup_due`. A
-      process carried as quiet is refreshed then too: read whole (its resident memory,
-      which reclaim can shrink while it sleeps, and its name), or, in a quiet cgroup,
-      its resident memory alone, and it stays in the carried block (`_refresh`).
+      into its container's cgroup just after it starts), then when it is read whole.
+    * Every process is read whole, no shortcut taken, when `whole_read_due`: the bound
+      of every shortcut above (K = `WHOLE_READ_PASSES` passes).
     """
 
     def __init__(self, procfs: ProcFS, clock: Clock = boottime_ns, page_size: int | None = None):
@@ -208,9 +209,8 @@ class Reader:
         `in_quiet_cgroup`); its known processes are then carried over unread: their last
         readings, the very objects, stand for one instant (`carried_at_ns`: any instant
         of the pass is theirs, nothing of theirs moved in it), and come back apart from
-        the processes read (`PassReadings.carried`). Those due for their refresh are
-        carried as a new reading at the instant of their `statm` read, when their
-        `cgroup` is unchanged (`_refresh`); otherwise read whole."""
+        the processes read (`PassReadings.carried`). Those due to be read whole are read
+        whole."""
         self._passes += 1
         passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
         current: dict[int, _Seen] = {}
@@ -228,39 +228,31 @@ class Reader:
         listed_at = self.clock()
         listed = self.procfs.processes()
         carried: list[ProcessReading] = []
-        refreshed = 0
         if quiet is not None:
             rest = []
             at_ns = None  # the carried processes' instant, read at the first of them
             for pid, ino in listed:
                 previous = previous_pass.get(pid)
-                if not (
-                    known_since(previous, ino, pid in confirmed_before)
-                    and in_quiet_cgroup(previous, quiet)
+                if (
+                    whole_read_due(pid, passes)
+                    or not known_since(previous, ino, pid in confirmed_before)
+                    or not in_quiet_cgroup(previous, quiet)
                 ):
                     rest.append((pid, ino))
                     continue
-                if not cgroup_due(pid, passes):
-                    if at_ns is None:
-                        at_ns = self.clock()
-                    # its last sighting stands, its reading for `at_ns` (its `ran` is
-                    # older than this pass: at worst a whole read where a probe would do)
-                    seen = previous
-                else:
-                    seen = self._refresh(pid, previous)
-                    if seen is None:  # it left the cgroup, or is gone: read it whole
-                        rest.append((pid, ino))
-                        continue
-                    refreshed += 1
-                current[pid] = seen
+                if at_ns is None:
+                    at_ns = self.clock()
+                # its last sighting stands, its reading for `at_ns` (its `ran` is older
+                # than this pass: at worst a whole read where a probe would do)
+                current[pid] = previous
                 confirmed.add(pid)
-                carried.append(seen.reading)
+                carried.append(previous.reading)
             listed = rest
         readings = collect(listed_at, listed, read)
         self._previous, self._confirmed = current, confirmed
         if not carried:
             return readings
-        return replace(readings, carried=tuple(carried), carried_at_ns=at_ns, refreshed=refreshed)
+        return replace(readings, carried=tuple(carried), carried_at_ns=at_ns)
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
@@ -271,12 +263,12 @@ class Reader:
     ) -> tuple[_Seen, bool]:
         """This pass's sighting of a process, and whether its cgroup is now confirmed
         (read the same twice running, or carried since). `previous`: what the last pass
-        saw of this PID. (A process of a quiet cgroup was carried, or refreshed, by
+        saw of this PID. (A process of a quiet cgroup was carried by
         `read_pass` before this.)"""
-        due = cgroup_due(pid, self._passes)
+        whole = whole_read_due(pid, self._passes)
         known = known_since(previous, ino, confirmed)
         probe = _NO_PROBE
-        if known and not due and not previous.ran:
+        if known and not whole and not previous.ran:
             probe = self._probe(pid, previous)
             if probe.quiet:
                 return self._carry(pid, previous, self.clock()), True
@@ -286,7 +278,7 @@ class Reader:
             at_ns = self.clock()
             if previous is not None and previous.reading.start_ticks != stat.start_ticks:
                 previous = None  # another process under this PID
-            if previous is not None and confirmed and not due:
+            if previous is not None and confirmed and not whole:
                 cgroup, cgroup_confirmed = previous.reading.cgroup, True
             else:
                 cgroup = procfs.process_file(pid, "cgroup")
@@ -297,7 +289,9 @@ class Reader:
             raise Unreadable(None, error) from None
         rss_bytes = stat.rss_pages * self.page_size
         try:
-            threads = self._read_threads(pid, stat, previous, probe)
+            # read whole: every thread as if never seen, every file of it read (and each
+            # counted as having run: the next pass reads this `stat` rather than probing)
+            threads = self._read_threads(pid, stat, None if whole else previous, probe)
         except ProcessGone:
             raise
         except ProcError as error:
@@ -337,33 +331,6 @@ class Reader:
         except ProcError:  # gone, refused or malformed: the whole read says which
             return _Probe(listing, schedstats, False)
         return _Probe(listing, schedstats, True)
-
-    def _refresh(self, pid: int, previous: _Seen) -> _Seen | None:
-        """The periodic refresh of a process carried by its quiet cgroup: its resident
-        memory (`statm`: reclaim can shrink it while the process sleeps) and its `cgroup`
-        read again; its counters, threads and name carried. None — read it whole — if it
-        moved to another cgroup, or is gone or unreadable.
-
-        Kernel fact: a process's name changes only by its own doing (`exec`, `prctl`, or a
-        write to its `comm`, which the kernel takes from a thread of the same process
-        only), so it cannot have changed while nothing of its cgroup ran.
-        """
-        procfs = self.procfs
-        last = previous.reading
-        try:
-            resident_pages = parse_statm_resident(procfs.process_file(pid, "statm"))
-            at_ns = self.clock()
-            cgroup = procfs.process_file(pid, "cgroup")
-        except ProcError:
-            return None  # gone, refused or malformed: the whole read says which
-        if cgroup != last.cgroup:
-            return None
-        reading = build(
-            ProcessReading,
-            (pid, last.comm, last.start_ticks, at_ns, last.utime_ticks, last.stime_ticks,
-             last.major_faults, resident_pages * self.page_size, last.cgroup, last.threads),
-        )  # fmt: skip
-        return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
 
     @staticmethod
     def _carry(pid: int, previous: _Seen, at_ns: int) -> _Seen:

@@ -94,9 +94,8 @@ class Tracker:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
 
         `carried`: readings the reader carried over (`PassReadings.carried`): last pass's
-        very readings, which stand for `carried_at_ns`, or refreshed ones (their own
-        `at_ns`) with last pass's very thread readings and the same counters. Each gives
-        the delta of a process that did not run — processes 1, its observed time, every
+        very readings, which stand for `carried_at_ns`. Each gives the delta of a process
+        that did not run — processes 1, its observed time, every
         other field 0 — summed by cgroup file into `Advance.carried` rather than one
         `ProcessDelta` each; one that is not such a continuation is guarded like any
         reading."""
@@ -113,21 +112,12 @@ class Tracker:
             if old is None:
                 others.append(reading)
                 continue
-            if reading is old:
-                if carried_at_ns is None:
-                    raise ValueError("readings carried as they were need carried_at_ns")
-                at_ns = carried_at_ns
-            elif (
-                reading.threads is old.threads
-                and reading.start_ticks == old.start_ticks
-                and reading.utime_ticks == old.utime_ticks
-                and reading.stime_ticks == old.stime_ticks
-                and reading.major_faults == old.major_faults
-            ):
-                at_ns = reading.at_ns
-            else:
+            if reading is not old:
                 others.append(reading)
                 continue
+            if carried_at_ns is None:
+                raise ValueError("readings carried as they were need carried_at_ns")
+            at_ns = carried_at_ns
             since_ns = carried_before.get(pid, old.at_ns)
             if at_ns < since_ns:
                 others.append(reading)

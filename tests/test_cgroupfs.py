@@ -11,6 +11,7 @@ import pytest
 from collector.cgroupfs import CgroupFS, Location, detect
 from collector.cgroupguard import CgroupTracker
 from collector.groups import PodRef
+from collector.model import WHOLE_READ_PASSES
 from tests.cgroupfixture import LAYOUTS, MAIN, CgroupReads, CgroupTree, psi, v1_stat, v2_stat
 
 
@@ -57,8 +58,11 @@ def test_pods_are_listed_in_every_hierarchy_with_their_qos():
     assert len([p for p in containers if p.container_id.startswith("d4d4")]) == 1
 
 
-def _pod(tmp_path: Path, stat: str, children: dict[str, str]) -> tuple[CgroupFS, Path]:
-    """A pure v2 host with one pod whose cpu controller is on."""
+def _pod(
+    tmp_path: Path, stat: str, children: dict[str, str], whole_read_passes: int | None = None
+) -> tuple[CgroupFS, Path]:
+    """A pure v2 host with one pod whose cpu controller is on; its CgroupFS takes the
+    shortcuts alone (no whole read every K passes) unless `whole_read_passes` says."""
     (tmp_path / "cgroup.controllers").write_text("cpu\n")
     (tmp_path / "cpu.pressure").write_text(psi(0))
     pod = tmp_path / "kubepods" / "podaaaaaaaa-0000-4000-8000-00000000000a"
@@ -67,7 +71,7 @@ def _pod(tmp_path: Path, stat: str, children: dict[str, str]) -> tuple[CgroupFS,
     for name, text in children.items():
         (pod / name).mkdir(exist_ok=True)
         (pod / name / "cpu.stat").write_text(text)
-    return CgroupFS(str(tmp_path)), pod
+    return CgroupFS(str(tmp_path), whole_read_passes=whole_read_passes), pod
 
 
 def _write(path: Path, text: str) -> None:
@@ -104,6 +108,43 @@ def test_bandwidth_of_an_idle_group_is_carried_and_a_late_period_is_deferred_not
         1,
         200_000,
     )
+
+
+def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
+    """The bound of every cgroup shortcut: a group whose usage and whose parent's PSI
+    stand still still has every file read once every K passes (`whole_read_due`, by the
+    inode of its directory), so a count the shortcuts' facts missed — a period counted
+    with no usage, a stall too short to move the parent — is late by at most K passes."""
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)}, WHOLE_READ_PASSES)
+    for resource in ("cpu", "memory", "io"):
+        (pod / f"{resource}.pressure").write_text(psi(0))
+        (pod.parent / f"{resource}.pressure").write_text(psi(0))
+    ((pod_ref, locations),) = fs.pods(False).items()
+    reads = CgroupReads(monkeypatch)
+    tracker = CgroupTracker()
+    readings: list = []
+    totals = {"cpu_periods": 0, "memory_pressure_waiting_nanos": 0}
+
+    def read_pass() -> set[str]:
+        reads.seen.clear()
+        reading = fs.read_group(locations, readings[-1] if readings else None)
+        fs.release_unused()
+        readings.append(reading)
+        delta = tracker.advance({pod_ref: reading}).deltas.get(pod_ref)
+        for name in totals:
+            totals[name] += getattr(delta, name, None) or 0
+        return reads.names_in(pod) | {f"c1/{n}" for n in reads.names_in(pod / "c1")}
+
+    read_pass()
+    # missed by both facts: a period without usage, a stall below a still parent
+    _write(pod / "c1" / "cpu.stat", v2_stat(100, 11, 2, 500))
+    _write(pod / "memory.pressure", psi(3, 0))
+    files = [read_pass() for _ in range(WHOLE_READ_PASSES)]
+    whole = [n for n, names in enumerate(files) if "memory.pressure" in names]
+    assert len(whole) == 1, files  # one pass in K, and no other
+    assert files[whole[0]] >= {"cpu.stat", "memory.pressure", "c1/cpu.stat"}
+    assert all(names == {"cpu.stat"} for n, names in enumerate(files) if n != whole[0])
+    assert totals == {"cpu_periods": 1, "memory_pressure_waiting_nanos": 3000}
 
 
 def test_a_group_read_whole_when_its_usage_moved(tmp_path):
@@ -218,7 +259,7 @@ def test_pressure_below_a_parent_whose_totals_did_not_move_is_carried_not_read(
     resource's stand still there, its children's files are not read and their last
     readings stand; one that moved has every child's file of it read again."""
     parent, pods = _psi_host(tmp_path)
-    fs = CgroupFS(str(tmp_path))
+    fs = CgroupFS(str(tmp_path), whole_read_passes=None)  # the shortcut alone
     reads = CgroupReads(monkeypatch)
     readings: dict = {}
 

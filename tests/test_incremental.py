@@ -23,7 +23,7 @@ from collector.engine import Engine
 from collector.groups import Grouper, PodNames
 from collector.plainread import PlainReader
 from collector.procfs import ProcFS
-from collector.reading import CGROUP_REVALIDATE_PASSES, Reader
+from collector.reading import WHOLE_READ_PASSES, Reader
 from collector.tracker import Tracker
 from tests.cgroups import Workload, cgroup
 from tests.fixturetree import PASS1, SEC
@@ -90,20 +90,34 @@ def test_fixture_tree_changed_in_place(tmp_path):
         return {r.pid for r in a.processes}
 
     step(1000 * SEC)
-    first = dict(fast_fs.reads)
-    step(1001 * SEC)  # nothing changed: only stat and schedstat are read again
-    second = {k: v - first.get(k, 0) for k, v in fast_fs.reads.items()}
-    assert second.get("task/status", 0) == second.get("task/io", 0) == 0
-    assert second.get("task/stat", 0) == 0
-    assert second["task/schedstat"] == first["task/schedstat"]
+    first = dict(fast_fs.by_pid)
+    fast_fs.by_pid.clear()
+    # Nothing changed: only stat and schedstat are read again, but for the processes due
+    # to be read whole this pass (every file of theirs, as at their first sighting).
+    seen = step(1001 * SEC)
+    whole = {pid for pid in seen if not (pid + 2) % WHOLE_READ_PASSES}
+    assert whole, "the fixture has a process read whole at pass 2"
+    assert {k: n for k, n in fast_fs.by_pid.items() if k[0] in whole} == {
+        k: n for k, n in first.items() if k[0] in whole
+    }
+    more = {
+        pid
+        for (pid, name), n in fast_fs.by_pid.items()
+        if n and name in ("task/status", "task/io", "task/stat")
+    }
+    assert more == whole
+    schedstats = sum(n for (_, name), n in fast_fs.by_pid.items() if name == "task/schedstat")
+    assert schedstats == sum(n for (_, name), n in first.items() if name == "task/schedstat")
 
-    # Still nothing: the processes are quiet, and only those due for their periodic
-    # refresh (cgroup, memory, name) have their `stat` read.
+    # Still nothing: the processes are quiet, and only those due to be read whole have
+    # their `stat` read, and those read whole last pass (a whole read counts each thread
+    # as having run: the pass after reads the process's `stat` rather than probing it).
     fast_fs.stat_read.clear()
     seen = step(1002 * SEC)
-    due = {pid for pid in seen if not (pid + 3) % CGROUP_REVALIDATE_PASSES}
-    assert fast_fs.stat_read & seen == due
-    assert len(seen - due) >= 8
+    due = {pid for pid in seen if not (pid + 3) % WHOLE_READ_PASSES}
+    assert due
+    assert fast_fs.stat_read & seen == due | whole
+    assert len(seen - due - whole) >= 8
 
     # 400 exits and a new process gets its PID, its schedstat by chance the same bytes:
     # a new `<pid>` directory (a new inode number), so it is not taken for the old one.
@@ -152,22 +166,26 @@ def test_fixture_tree_changed_in_place(tmp_path):
     assert fast_fs.by_pid[300, "task/schedstat"] == 3
     assert fast_fs.by_pid[300, "task/stat"] == 1
 
-    # Both of 200's threads run, pass after pass. From the second such pass its own `io`
-    # is read before its threads; from the third, when it has not moved, no thread's
-    # `io` is read, and when it has, every thread that ran has its `io` read again.
+    # Both of 200's threads run, pass after pass (passes 7 to 12). From the second such
+    # pass its own `io` is read before its threads; when it has not moved since the last
+    # pass read it, no thread's `io` is read, and when it has, every thread that ran has
+    # its `io` read again. Pass 8 reads 200 whole ((200 + 8) % 8 == 0): every thread's
+    # `io`, and not its own, so pass 9 has no total to compare with.
+    assert not (200 + 8) % WHOLE_READ_PASSES
     io_reads = []
     for n, (leader_io, total_io) in enumerate(
-        [(None, None), (None, None), (None, None), ((16384, 8192), (24576, 1008192)), (None, None)]
-    ):
+        [(None, None), (None, None), (None, None), ((16384, 8192), (24576, 1008192)),
+         (None, None), (None, None)]
+    ):  # fmt: skip
         write(root / "200/task/200/schedstat", f"{960000000 + n} 9000000 {151 + n}\n")
         write(root / "200/task/201/schedstat", f"{41000000 + n} 2500000 {91 + n}\n")
         if leader_io is not None:
             write(root / "200/task/200/io", io_text(*leader_io))
             write(root / "200/io", io_text(*total_io))
-        before = dict(fast_fs.reads)
+        fast_fs.by_pid.clear()
         step((1006 + n) * SEC)
-        io_reads.append(fast_fs.reads.get("task/io", 0) - before.get("task/io", 0))
-    assert io_reads == [2, 2, 0, 2, 0]
+        io_reads.append(fast_fs.by_pid[200, "task/io"])
+    assert io_reads == [2, 2, 2, 2, 0, 0]
 
 
 def io_text(read_bytes: int, write_bytes: int) -> str:
@@ -186,18 +204,19 @@ def test_live_workload_frozen_between_reads(tmp_path):
     with (
         cgroup("v2", path) as sandbox,
         Workload(sandbox, *workload),
-        Workload(sandbox, *no_io),
+        Workload(sandbox, *no_io) as never_io,
         cgroup("v2", path + "-asleep") as bed,
         Workload(bed, "--idle", "3") as asleep,  # never runs once started (nor frozen:
     ):  # freezing and thawing wakes every task)
         full, fast, fast_fs = both("/proc")
         skipped_rounds = io_skipped_rounds = stat_skipped_rounds = 0
+        io_whole_rounds = status_whole_rounds = 0
         for round_ in range(12):
             freeze(sandbox, True)
             try:
                 with open(f"{sandbox}/cgroup.procs") as procs:
                     pids = {int(p) for p in procs.read().split()} | {asleep.pid}
-                before = dict(fast_fs.reads)
+                fast_fs.by_pid.clear()
                 fast_fs.stat_read.clear()
                 a, b = full.read_pass(), fast.read_pass()
             finally:
@@ -209,16 +228,30 @@ def test_live_workload_frozen_between_reads(tmp_path):
                     ours[asleep.pid] = ours[asleep.pid]._replace(rss_bytes=0)
             assert ours_full == ours_fast, f"round {round_}"
             assert ours_full, "the workload is in the sandbox"
-            read_now = {k: v - before.get(k, 0) for k, v in fast_fs.reads.items()}
-            if read_now.get("task/status", 0) < read_now.get("task/schedstat", 0):
+            # counted over the workload's own processes only, not the host's
+            read_now = Counter()
+            for (pid, name), n in fast_fs.by_pid.items():
+                if pid in pids:
+                    read_now[name] += n
+            if read_now["task/status"] < read_now["task/schedstat"]:
                 skipped_rounds += 1
-            if read_now.get("task/io", 0) < read_now.get("task/status", 0):
+            status_whole_rounds += not (asleep.pid + round_ + 1) % WHOLE_READ_PASSES
+            pid = never_io.pid
+            if fast_fs.by_pid[pid, "task/io"] < fast_fs.by_pid[pid, "task/status"]:
                 io_skipped_rounds += 1
+            # read whole this round, or the round after one: its own `io` total was not
+            # read, so its threads' `io` is (collector/reading.py `io_unmoved`)
+            io_whole_rounds += any(not (pid + round_ + k) % WHOLE_READ_PASSES for k in (0, 1))
             if asleep.pid in ours_fast and asleep.pid not in fast_fs.stat_read:
                 stat_skipped_rounds += 1
             time.sleep(0.15)
-    assert skipped_rounds >= 10, "the incremental reader should have skipped idle threads"
-    assert io_skipped_rounds >= 8, "the no-I/O process's threads ran and kept their bytes"
+    # (thawing wakes every task of the sandbox: the threads that do not run are the
+    # sleeping process's) every round but the first, and those that read it whole
+    assert skipped_rounds >= 12 - 1 - status_whole_rounds, "idle threads' status not skipped"
+    # (its first two rounds read its `io` too: first sighting, then no total yet)
+    assert io_skipped_rounds >= 12 - 2 - io_whole_rounds - 1, (
+        "the no-I/O process's threads ran and kept their bytes"
+    )
     assert stat_skipped_rounds >= 6, "the sleeping process was read from its schedstat alone"
 
 

@@ -9,7 +9,6 @@ from collector.parse import (
     parse_schedstat,
     parse_start_ticks,
     parse_stat,
-    parse_statm_resident,
     parse_status_switches,
 )
 
@@ -54,14 +53,6 @@ def test_stat_counts_fields_from_the_last_paren(comm_bytes, comm):
 
 def test_stat_start_ticks_alone():
     assert parse_start_ticks(b"1736 (a) (b) " + TAIL) == 5272
-
-
-def test_statm_resident_pages_are_field_two():
-    # proc(5): size resident shared text lib data dt, in pages
-    assert parse_statm_resident(b"61245 393 280 1 0 6042 0\n") == 393
-    for bad in (b"", b"61245\n", b"61245 -1 280\n", b"61245 3x 280\n"):
-        with pytest.raises(Malformed):
-            parse_statm_resident(bad)
 
 
 def test_stat_huge_counters_are_exact():

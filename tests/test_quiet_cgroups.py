@@ -21,7 +21,7 @@ from collector.exporter import PassLoop
 from collector.groups import Grouper, PodNames
 from collector.plainread import PlainReader
 from collector.procfs import ProcFS
-from collector.reading import Reader
+from collector.reading import WHOLE_READ_PASSES, Reader
 from collector.tracker import Tracker
 from tests.cgroupfixture import Process, pressure, v2_stat, write_proc
 from tests.fixturetree import ScriptedClock
@@ -256,10 +256,11 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
     assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
 
 
-def test_the_periodic_refresh_of_a_carried_process_reads_its_statm_and_cgroup_only(tmp_path):
-    """PID 12 is due for its refresh at pass 4 ((12 + 4) % 8 == 0): reclaim shrank its
-    memory meanwhile. Its `statm` and `cgroup` are read, nothing else of it, and its
-    reading is the full read's."""
+def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
+    """PID 12 is due to be read whole at pass 4 ((12 + 4) % 8 == 0), though its cgroup is
+    quiet: reclaim shrank its memory meanwhile. Every file of it is read, as the plain
+    reader reads it, and its reading is the plain reader's."""
+    assert not (12 + 4) % WHOLE_READ_PASSES
     node = Node(tmp_path)
     node.processes.append(process(12, f"{A}/{CID}"))
     node.write()
@@ -276,11 +277,14 @@ def test_the_periodic_refresh_of_a_carried_process_reads_its_statm_and_cgroup_on
     fast.run_pass()
     full.run_pass()
     assert {name for (pid, name), n in counting.by_pid.items() if pid == 12 and n} == {
-        "statm",
+        "stat",
         "cgroup",
+        "task/schedstat",
+        "task/status",
+        "task/io",
     }
     assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
     (twelve,) = [r for r in fast.reader.last.every_process if r.pid == 12]
     assert twelve.rss_bytes == 40 * 4096
-    # the other four (B does not run in this test); PID 12's statm and cgroup were read
+    # the other four (B does not run in this test) were carried
     assert fast.reader.last.carried_by_cgroup == 4

@@ -326,27 +326,26 @@ def test_birth_never_yields_negative_observed_time():
 
 
 def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
-    """`advance(..., carried=...)`: a reading the reader carried (its very thread
-    readings, nothing of its stat moved) adds one process and its observed time to its
-    cgroup's block; one that is not such a continuation goes through the usual guard."""
+    """`advance(..., carried=...)`: a reading the reader carried (last pass's very
+    reading) adds one process and its observed time to its cgroup's block; one that is not
+    such a continuation — even one equal to it — goes through the usual guard."""
     tracker = Tracker(HZ)
     a = proc(10, start=5_000, at=100 * SEC, user=3)
     b = proc(20, start=5_000, at=100 * SEC, user=3)
     b = b._replace(cgroup=b"0::/other\n")
-    tracker.advance([a, b, proc(30, 5_000, 100 * SEC)], 100 * SEC)
-    # pass 2: 10 and 20 carried at 160 s; 30 too, but its user time moved (not a carry)
-    carried = [
-        a._replace(at_ns=160 * SEC),
-        b._replace(at_ns=160 * SEC),
-        proc(30, 5_000, 160 * SEC, user=2),
-    ]
-    outcome = tracker.advance([], 160 * SEC, carried)
+    tracker.advance([a, b, proc(30, 5_000, 100 * SEC), proc(40, 5_000, 100 * SEC)], 100 * SEC)
+    # pass 2: 10 and 20 carried at 160 s; 30 too, but its user time moved; 40's reading
+    # is an equal copy, not the reading itself: neither is a carry
+    copy = proc(40, 5_000, 100 * SEC)
+    carried = [a, b, proc(30, 5_000, 160 * SEC, user=2), copy]
+    outcome = tracker.advance([], 160 * SEC, carried, 160 * SEC)
     assert outcome.carried == {b"0::/\n": [1, 60 * SEC], b"0::/other\n": [1, 60 * SEC]}
-    (delta,) = outcome.deltas  # 30, guarded: its new thread tuple and its moved stat
-    assert delta.reading.pid == 30 and delta.fields.cpu_user_nanos == 2 * TICK_NS
-    assert tracker.tracked_processes == 3
+    thirty, forty = outcome.deltas  # guarded: a moved stat, and a copy with nothing moved
+    assert thirty.reading.pid == 30 and thirty.fields.cpu_user_nanos == 2 * TICK_NS
+    assert forty.reading.pid == 40 and forty.fields.observed_nanos == 0
+    assert tracker.tracked_processes == 4
     # pass 3: carried again, from the carried readings' instant
-    outcome = tracker.advance([], 200 * SEC, [carried[0]._replace(at_ns=200 * SEC)])
+    outcome = tracker.advance([], 200 * SEC, [a], 200 * SEC)
     assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
     assert tracker.tracked_processes == 1  # the others were not seen
 
