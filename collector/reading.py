@@ -268,6 +268,9 @@ class Reader:
         whole = whole_read_due(pid, self._passes)
         known = known_since(previous, ino, confirmed)
         probe = _NO_PROBE
+        # Not after a read with no probe: that read took `stat` before its threads'
+        # `schedstat`, so a thread that ran in between left `stat` behind, and such a
+        # read counts each thread that moved, or every thread if read whole, as having run.
         if known and not whole and not previous.ran:
             probe = self._probe(pid, previous)
             if probe.quiet:

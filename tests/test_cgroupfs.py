@@ -110,6 +110,25 @@ def test_bandwidth_of_an_idle_group_is_carried_and_a_late_period_is_deferred_not
     )
 
 
+def test_a_cgroup_made_anew_with_the_same_usage_has_its_bandwidth_read(tmp_path):
+    """`_bandwidth_unchanged` needs the same cgroup, not only the same usage: a pod
+    removed and made again under its path (a new inode) whose usage happens to read the
+    same has its own counters, read, never the old cgroup's carried."""
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
+    ((_, locations),) = fs.pods(False).items()
+    first = fs.read_group(locations)
+    for child in (pod / "c1", pod):
+        for name in os.listdir(child):
+            if not (child / name).is_dir():
+                os.remove(child / name)
+        os.rmdir(child)
+    _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 4, 1, 300)})
+    ((_, locations),) = fs.pods(False).items()
+    again = fs.read_group(locations, first)
+    assert again.usage_ns == first.usage_ns and again.identity != first.identity
+    assert [(b.periods, b.throttled_periods) for b in again.bandwidth] == [(0, 0), (4, 1)]
+
+
 def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
     """The bound of every cgroup shortcut: a group whose usage and whose parent's PSI
     stand still still has every file read once every K passes (`whole_read_due`, by the
