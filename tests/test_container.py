@@ -166,8 +166,11 @@ def report(request):
     lines: dict[str, str] = {}
     yield lines
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and lines:
-        reporter.ensure_newline()
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not lines:
+        return
+    with capture.global_and_fixture_disabled():  # past the capture of this teardown
+        reporter.write_line("")
         reporter.section("procdelta container measurements", sep="-")
         for key, value in lines.items():
             reporter.write_line(f"{key}: {value}")
