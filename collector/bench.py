@@ -4,18 +4,26 @@ For each synthetic process table (collector/synthetic.py) it measures, interleav
 rounds: (a) procdelta's pass; (b) the naive floor, a lean reader of every file a full
 pass needs (`stat` and `cgroup` per process; `schedstat`, `status` and `io` per thread)
 with minimal parsing; (c) where Debian's prometheus-process-exporter is installed, its
-CPU per scrape of the same table. Medians; ratios to (b). Then the RSS of a real
-`procdelta serve` and the latency of `/metrics` with 1000 groups while passes run.
-Machines are noisy: read the ratios, not the absolute times.
+CPU per scrape of the same table. Medians; ratios to (b). Then, over the same table,
+what a node pays for the whole collector: (d) a real `procdelta serve` in a process of its
+own, scraped once a pass as Prometheus scrapes it, its whole CPU per pass (the pass,
+building, rendering and compressing the page, garbage collection, answering the scrape),
+as a ratio to the same floor. Then the RSS of a real `procdelta serve` and the latency of
+`/metrics` with 1000 groups while passes run. Machines are noisy: read the ratios, not the
+absolute times.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import http.client
 import json
+import math
 import os
+import random
+import re
 import shutil
 import signal
 import statistics
@@ -23,9 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 import psutil
 
@@ -291,6 +300,219 @@ def _scrape(port: int, path: str = "/metrics") -> bytes:
         connection.close()
 
 
+# What Prometheus sends when it scrapes: Prometheus 3's default `scrape_protocols`
+# (config.DefaultScrapeProtocols) joined by scrape/scrape.go's acceptHeader() with its
+# default name escaping (allow-utf-8), and `Accept-Encoding: gzip` (enable_compression).
+# Any OpenMetrics in it gets procdelta's OpenMetrics page, as under Prometheus 2.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+SERVED_INTERVAL = 0.5  # short, so that many passes fit in a few seconds: the CPU per pass counts
+SERVED_WARMUP = 3  # passes before the measure: the cache holds the table, quiet cgroups carried
+SERVED_PASSES = 30
+
+
+def _pod_ids(pods_file: str) -> list[tuple[str, str]]:
+    """(uid, app container ID) of each pod of a `pod_cgroups` file, in its order."""
+    ids = []
+    with open(pods_file) as lines:
+        for line in lines:
+            if line.strip():
+                container = os.path.dirname(line.split("\t")[0])
+                pod = os.path.basename(os.path.dirname(container))
+                ids.append((pod.removeprefix("pod"), os.path.basename(container)))
+    return ids
+
+
+_NAMESPACES = ("payments", "checkout", "search", "identity", "catalog", "ingress-nginx")
+_NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # what kube's rand.SafeEncodeString draws from
+
+
+@contextlib.contextmanager
+def pod_names(pods_file: str) -> Iterator[tuple[str, str]]:
+    """kubelet's two log directories (collector/groups.py `PodNames`) naming the pods of a
+    `pod_cgroups` file as a node names a Deployment's pods: a namespace, a pod name with its
+    ReplicaSet's hash and its own suffix, and the app container named after the Deployment,
+    so that the page's labels are as long as a node's. Yields (pod logs, container logs);
+    removed after."""
+    directory = tempfile.mkdtemp(prefix="procdelta-bench-names-")
+    pod_logs, container_logs = (os.path.join(directory, d) for d in ("pods", "containers"))
+    os.mkdir(pod_logs)
+    os.mkdir(container_logs)
+    try:
+        for index, (uid, app) in enumerate(_pod_ids(pods_file)):
+            draw = random.Random(index)
+            namespace = _NAMESPACES[index % len(_NAMESPACES)]
+            deployment = f"{namespace}-api-{index // len(_NAMESPACES)}"
+            hash_, suffix = ("".join(draw.choices(_NAME_CHARACTERS, k=k)) for k in (10, 5))
+            pod = f"{deployment}-{hash_}-{suffix}"
+            os.mkdir(os.path.join(pod_logs, f"{namespace}_{pod}_{uid}"))
+            log = os.path.join(container_logs, f"{pod}_{namespace}_{deployment}-{app}.log")
+            with open(log, "w"):
+                pass
+        yield pod_logs, container_logs
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class Page:
+    """One scrape of /metrics: the page and what it weighed on the wire."""
+
+    text: bytes  # uncompressed
+    shipped: int  # bytes of the body as sent (gzipped, since the scrape asks for it)
+
+    def value(self, name: str) -> float | None:
+        """The value of the sample line `name` (no labels), if the page has it."""
+        found = re.search(rb"^%s (\S+)" % re.escape(name.encode()), self.text, re.MULTILINE)
+        return None if found is None else float(found[1])
+
+    @property
+    def passes(self) -> int:
+        return int(self.value("procdelta_passes_total") or 0)
+
+
+class Scraper:
+    """Scrapes a `procdelta serve` as Prometheus does: one kept-alive connection, its
+    Accept and Accept-Encoding headers."""
+
+    def __init__(self, port: int, timeout: float = 30):
+        self.port, self.timeout = port, timeout
+        self._connection: http.client.HTTPConnection | None = None
+
+    def scrape(self) -> Page:
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(
+                "127.0.0.1", self.port, timeout=self.timeout
+            )
+        try:
+            self._connection.request(
+                "GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+            )
+            response = self._connection.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()  # the next scrape connects anew, as Prometheus would
+            raise
+        if response.status != 200:
+            raise RuntimeError(f"/metrics answered {response.status}")
+        gzipped = response.getheader("Content-Encoding") == "gzip"
+        return Page(gzip.decompress(body) if gzipped else body, len(body))
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+@contextlib.contextmanager
+def served(
+    args: Sequence[str] = (), interval: float = SERVED_INTERVAL, timeout: float = 60
+) -> Iterator[tuple[int, Scraper]]:
+    """A real `procdelta serve` (`python -m collector serve`) with `args`, in a process of its
+    own; yields its PID and a `Scraper` once /metrics answers. Stopped and reaped after."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--interval", f"{interval:g}",
+         "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error", *args],
+    )  # fmt: skip
+    scraper = Scraper(port)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"procdelta serve ended (status {server.returncode})")
+            try:
+                scraper.scrape()
+                break
+            except (OSError, http.client.HTTPException) as error:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"procdelta serve never answered: {error}") from None
+                time.sleep(0.1)
+        yield server.pid, scraper
+    finally:
+        scraper.close()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _until_passes(scraper: Scraper, passes: int, timeout: float = 60, poll: float = 0.1) -> Page:
+    """The first page that counts `passes` completed passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page = scraper.scrape()
+        if page.passes >= passes:
+            return page
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"procdelta serve completed {page.passes} of {passes} passes")
+        time.sleep(poll)
+
+
+@dataclass
+class Served:
+    """The whole serve process's CPU over a span of passes, scraped once a pass."""
+
+    cpu_per_pass: float  # s: psutil user+system (all threads) over the span / passes in it
+    passes: int  # completed in the span, as the page counts them
+    per_pass: list[float]  # s: each scrape-to-scrape span that held one pass (schedstat, ns)
+    misaligned: int  # scrape-to-scrape spans that held no pass or more than one
+
+
+def measure_served(
+    pid: int,
+    scraper: Scraper,
+    passes: int = SERVED_PASSES,
+    warmup: int = SERVED_WARMUP,
+    interval: float = SERVED_INTERVAL,
+) -> Served:
+    """Scrape once a pass, halfway between two passes (a pass starts every `interval`: the
+    phase is found from the moment the page's pass count moves), so that the span from the
+    first scrape to the last holds whole passes only, and as many scrapes as passes. The CPU
+    is the process's own (psutil: every thread, living or gone), read right after the first
+    and the last scrape; the passes are the page's `procdelta_passes_total`. Each
+    scrape-to-scrape span's CPU (the threads' schedstat, to the ns) gives the spread."""
+    process = psutil.Process(pid)
+    page = _until_passes(scraper, warmup, poll=interval / 5)
+    seen, deadline = page.passes, time.monotonic() + 10 * interval + 30
+    while page.passes == seen:  # the moment a pass completes
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"procdelta serve completed no pass after its {seen}th")
+        time.sleep(0.005)
+        page = scraper.scrape()
+    completed = time.monotonic()
+    count = page.value("procdelta_pass_duration_seconds_count") or 1
+    duration = (page.value("procdelta_pass_duration_seconds_sum") or 0) / count
+    at = completed + max(0.0, interval - duration) / 2  # halfway to the next pass
+    time.sleep(max(0.0, at - time.monotonic()))
+    first = last = scraper.scrape().passes
+    cpu = sum(process.cpu_times()[:2])
+    thread_ns = _thread_cpu_ns(pid)
+    per_pass: list[float] = []
+    misaligned = 0
+    deadline = time.monotonic() + 4 * passes * interval + 60
+    while last - first < passes:
+        at += interval
+        time.sleep(max(0.0, at - time.monotonic()))
+        now = scraper.scrape().passes
+        now_ns = _thread_cpu_ns(pid)
+        if now - last == 1:
+            per_pass.append((now_ns - thread_ns) / 1e9)
+        else:
+            misaligned += 1
+        last, thread_ns = now, now_ns
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"procdelta serve completed {last - first} of {passes} passes")
+    cpu = sum(process.cpu_times()[:2]) - cpu
+    return Served(cpu / (last - first), last - first, per_pass, misaligned)
+
+
 @dataclass
 class TableResult:
     name: str
@@ -301,6 +523,18 @@ class TableResult:
     ratios: list[float]  # procdelta's CPU over the floor's, round by round
     exporter_cpu: float | None
     exporter_failed: str | None = None  # why the exporter's scrapes were given up
+    served: Served | None = None  # a served row: procdelta serve's whole CPU per pass
+    served_failed: str | None = None  # a served row without a measure: why
+
+    @property
+    def ratio(self) -> float:
+        """A pass row: the median of the rounds' ratios. A served row: the whole span's CPU
+        per pass over the floor (a garbage collection now and then counts, as on a node)."""
+        if self.served_failed is not None:
+            return math.nan
+        if self.served is not None:
+            return self.served.cpu_per_pass / self.naive.cpu
+        return statistics.median(self.ratios)
 
 
 def bench_table(
@@ -311,11 +545,14 @@ def bench_table(
     pause: float,
     pods: int = 0,
     variants: tuple[tuple[str, Options], ...] | None = None,
+    served_passes: int = 0,
 ) -> list[TableResult]:
     """One synthetic table; each variant's pass and the floor measured in every round (in
     a rotating order), so that variants are compared with the same floor. One result per
     variant (by default one: procdelta with its default options). Each variant, and the
-    floor, runs in a process of its own (`_pass_worker`)."""
+    floor, runs in a process of its own (`_pass_worker`). With `served_passes`, after the
+    rounds, over the same table: a row for a real `procdelta serve` (`measure_served`, its
+    pods named by `pod_names`), against the same floor."""
     variants = variants or (
         (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
     )
@@ -354,9 +591,12 @@ def bench_table(
                 except OSError as error:  # refused, reset, timed out, gone: it did not keep up
                     exporter_failed = f"{type(error).__name__} in round {round_ + 1}"
             seen = naive_pass()
-    floor = Sample(
-        statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)
-    )
+        floor = Sample(
+            statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)
+        )
+        whole = None
+        if served_passes:
+            whole = _served_row(name, pods_file, served_passes, seen, floor)
     return [
         TableResult(
             label,
@@ -372,7 +612,29 @@ def bench_table(
             exporter_failed,
         )
         for (label, _), samples in zip(variants, ours, strict=True)
-    ]
+    ] + ([whole] if whole is not None else [])
+
+
+def _served_row(
+    name: str, pods_file: str | None, passes: int, seen: tuple[int, int], floor: Sample
+) -> TableResult:
+    label = f"{name} served"
+    try:
+        with contextlib.ExitStack() as stack:
+            args: list[str] = []
+            if pods_file is not None:
+                pod_logs, container_logs = stack.enter_context(pod_names(pods_file))
+                args = ["--path.pod-logs", pod_logs, "--path.container-logs", container_logs]
+            pid, scraper = stack.enter_context(served(args))
+            whole = measure_served(pid, scraper, passes)
+    except (RuntimeError, OSError, http.client.HTTPException) as error:  # said, not raised
+        failed = Sample(math.nan, math.nan)
+        why = f"{type(error).__name__}: {error}"
+        return TableResult(label, seen[0], seen[1], failed, floor, [], None, served_failed=why)
+    return TableResult(
+        label, seen[0], seen[1], Sample(whole.cpu_per_pass, math.nan), floor,
+        [cpu / floor.cpu for cpu in whole.per_pass], None, None, whole,
+    )  # fmt: skip
 
 
 def serve_rss(processes: int, passes: int = 4) -> float:
@@ -507,28 +769,41 @@ def report(lines: list[str], rounds: int, pause: float, quick: bool) -> str:
     )
 
 
-def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
-    # (name, processes, mode, pods, variants): a pods table spreads the processes over pod
-    # cgroups laid out as kubelet does (in every hierarchy); `mixed:10` runs the
-    # processes of 10 of them and leaves the others idle
-    tables: list[tuple[str, int, str, int, tuple[tuple[str, Options], ...] | None]] = [
-        ("default N=1000", 1000, "idle", 0, None),
-        ("busy N=1000", 1000, "busy", 0, None),
-        ("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True)),
-        ("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False)),
+class Table(NamedTuple):
+    """A synthetic table of the bench: a pods table spreads the processes over pod cgroups
+    laid out as kubelet does (in every hierarchy); `mixed:10` runs the processes of 10 of
+    them and leaves the others idle. `served`: a row for the served process too."""
+
+    name: str
+    processes: int
+    mode: str
+    pods: int = 0
+    variants: tuple[tuple[str, Options], ...] | None = None
+    served: bool = False
+
+
+def tables(quick: bool) -> list[Table]:
+    if quick:
+        return [
+            Table("default N=200", 200, "idle"),
+            Table("busy N=200", 200, "busy"),
+            Table("pods N=200", 200, "idle", 22, _variants("pods N=200", True), True),
+        ]
+    return [
+        Table("default N=1000", 1000, "idle", served=True),
+        Table("busy N=1000", 1000, "busy"),
+        Table("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True), True),
+        Table("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False), True),
         # (no busy N=5000: 14.5k threads waking every 100 ms saturate a small machine,
         # and a pass would measure the run queue, not itself)
-        ("default N=5000", 5000, "idle", 0, None),
-        ("pods10 N=5000", 5000, "mixed:10", 110, _variants("pods10 N=5000", False)),
-        ("default N=200", 200, "idle", 0, None),
-        ("busy N=200", 200, "busy", 0, None),
+        Table("default N=5000", 5000, "idle"),
+        Table("pods10 N=5000", 5000, "mixed:10", 110, _variants("pods10 N=5000", False)),
+        Table("default N=200", 200, "idle"),
+        Table("busy N=200", 200, "busy"),
     ]
-    if quick:
-        tables = [
-            ("default N=200", 200, "idle", 0, None),
-            ("busy N=200", 200, "busy", 0, None),
-            ("pods N=200", 200, "idle", 22, _variants("pods N=200", True)),
-        ]
+
+
+def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) -> None:
     echo(f"{rounds} interleaved rounds per table, medians; 10% of processes have 20 threads.")
     echo("cpu = user+system CPU of one pass; ratios are to the naive floor (b) of the same run.")
     echo("ratio: median of the rounds' ratios (each round's pass over the same round's floor);")
@@ -537,20 +812,44 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     echo("Tables named pods spread the processes over 110 pod cgroups (2 containers each);")
     echo("in pods10 the processes of 10 of them run. skip: as procdelta runs; no-skip: a")
     echo("quiet cgroup's processes read anyway; no-cg: no cgroup fields. Same rounds.")
+    for line in (
+        f"served: what a node pays: a real `procdelta serve --interval {SERVED_INTERVAL:g}` in a",
+        "process of its own over the same table after its rounds (a pods table's pods named",
+        "as kubelet names them), scraped once a pass as Prometheus 3 scrapes (OpenMetrics,",
+        "gzip), halfway between passes. cpu: the whole process's user+system CPU (every",
+        "thread: the pass, building, rendering and compressing the page, GC, the scrapes)",
+        f"over {SERVED_PASSES} passes after a warm-up of {SERVED_WARMUP}, divided by the passes "
+        "its page counts",
+        "in that span; ratio: that over the table's floor; spread: the middle half of the",
+        "pass-by-pass ratios (scrape to scrape). No wall time: a pass waits for its interval.",
+    ):
+        echo(line)
     header = (
         f"{'table':<21} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
         f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'spread':>10} "
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
-    failures = []
-    for name, processes, mode, pods, variants in tables:
-        for result in bench_table(name, processes, mode, rounds, pause, pods, variants):
+    failures, notes = [], []
+    for table in tables(quick):
+        for result in bench_table(
+            table.name, table.processes, table.mode, rounds, pause, table.pods, table.variants,
+            SERVED_PASSES if table.served else 0,
+        ):  # fmt: skip
             _echo_row(result, echo)
             if result.exporter_failed:
                 failures.append(f"{result.name}: {result.exporter_failed}")
+            if result.served_failed is not None:
+                notes.append(f"{result.name}: no measure: {result.served_failed}")
+            if result.served is not None and result.served.misaligned:
+                notes.append(
+                    f"{result.name}: {result.served.misaligned} scrape-to-scrape spans held no "
+                    "pass or two (left out of the spread; the cpu per pass counts them all)"
+                )
     for failure in failures:
         echo(f"prometheus-process-exporter could not keep up ({failure}): its scrapes stopped")
+    for note in notes:
+        echo(note)
     if not quick:
         echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
     latencies = metrics_latency()
@@ -562,16 +861,24 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
 
 def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
     ours, naive = result.procdelta, result.naive
-    spread = f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
+    if result.served_failed is not None:
+        echo(f"{result.name:<21} {result.processes:>6} {result.threads:>7} {'failed':>8} (below)")
+        return
+    spread = (
+        f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
+        if result.ratios
+        else "-"
+    )
     if result.exporter_failed:
         exporter = f"{'failed':>8} {'-':>9}"
     elif result.exporter_cpu is not None:
         exporter = f"{result.exporter_cpu * 1e3:8.1f} {result.exporter_cpu / naive.cpu:9.2f}"
     else:
         exporter = f"{'-':>8} {'-':>9}"
+    wall = f"{'-':>8}" if math.isnan(ours.wall) else f"{ours.wall * 1e3:8.1f}"
     echo(
         f"{result.name:<21} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
-        f"{ours.wall * 1e3:8.1f} {ours.cpu * 1e6 / result.processes:8.1f} "
+        f"{wall} {ours.cpu * 1e6 / result.processes:8.1f} "
         f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
-        f"{statistics.median(result.ratios):6.2f} {spread:>10} {exporter}"
+        f"{result.ratio:6.2f} {spread:>10} {exporter}"
     )

@@ -1,8 +1,11 @@
 """Smoke tests of `procdelta bench`: it runs end to end, prints every table with
-well-formed numbers, and leaves no pod cgroup of its pods table behind. Its speed is not
-judged here (a timed test on a shared machine judges the machine): people read the
-ratios it prints, each against a floor measured in the same run."""
+well-formed numbers (the served process's row too), and leaves no pod cgroup of its pods
+table behind. Its speed is not judged here (a timed test on a shared machine judges the
+machine): people read the ratios it prints, each against a floor measured in the same
+run."""
 
+import contextlib
+import math
 import os
 import re
 import subprocess
@@ -31,6 +34,7 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "pods N=200 skip",
         "pods N=200 no-skip",
         "pods N=200 no-cg",
+        "pods N=200 served",
     }
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
@@ -38,10 +42,34 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         # procs threads cpu-ms wall-ms µs/proc µs/thr naive-ms ratio spread p-e-ms p-e-ratio
         assert len(cells) == 11, name
         low, high = (float(x) for x in cells[8].split("-"))
-        assert 0 < low <= float(cells[7]) <= high < 10, name
+        if name.endswith("served"):  # the whole span's CPU per pass, not the median pass
+            assert cells[3] == "-" and 0 < low <= high < 10 and 0 < float(cells[7]) < 10, name
+        else:
+            assert 0 < low <= float(cells[7]) <= high < 10, name
+    assert "served: what a node pays" in result.stdout
     assert re.search(
         r"/metrics with 1000 groups while passes run: p50 [\d.]+ ms, p99 [\d.]+ ms", result.stdout
     )
+
+
+def test_smoke_served_row_on_a_tiny_pods_table():
+    """A served row beside the pass row, against the same floor, sane."""
+    from collector.bench import _echo_row, _variants, bench_table
+
+    variants = _variants("pods N=30", False)[:1]
+    skip, served = bench_table(
+        "pods N=30", 30, "idle", rounds=3, pause=0.05, pods=3, variants=variants,
+        served_passes=6,
+    )  # fmt: skip
+    assert skip.served is None and served.name == "pods N=30 served"
+    assert served.naive is skip.naive  # the same floor
+    whole = served.served
+    assert whole is not None and whole.passes >= 6 and whole.cpu_per_pass > 0
+    assert len(whole.per_pass) + whole.misaligned >= 6 and all(c > 0 for c in whole.per_pass)
+    assert served.ratio == whole.cpu_per_pass / served.naive.cpu > 0
+    lines: list[str] = []
+    _echo_row(served, lines.append)
+    assert lines[0][21:].split()[3] == "-"  # no wall time for a served row
 
 
 def test_smoke_bench_pods_table_removes_its_cgroups():
@@ -88,6 +116,23 @@ def test_an_exporter_that_could_not_keep_up_is_a_row_not_a_traceback():
     (line,) = lines
     assert line.split()[-2:] == ["failed", "-"]
     assert line.split()[-4] == "0.83"  # procdelta's own ratio is still reported
+
+
+def test_a_serve_that_fails_is_a_row_not_a_traceback(monkeypatch):
+    from collector import bench
+
+    @contextlib.contextmanager
+    def refused(args=()):
+        raise RuntimeError("procdelta serve ended (status 1)")
+        yield
+
+    monkeypatch.setattr(bench, "served", refused)
+    row = bench._served_row("default N=20", None, 5, (80, 100), bench.Sample(0.01, 0.01))
+    assert row.served is None and math.isnan(row.ratio)
+    assert row.served_failed == "RuntimeError: procdelta serve ended (status 1)"
+    lines: list[str] = []
+    bench._echo_row(row, lines.append)
+    assert lines[0].split()[-2:] == ["failed", "(below)"]
 
 
 FAKE_EXPORTER = """#!{python}
