@@ -8,9 +8,9 @@ CPU per scrape of the same table. Medians; ratios to (b). Then, over the same ta
 what a node pays for the whole collector: (d) a real `procdelta serve` in a process of its
 own, scraped once a pass as Prometheus scrapes it, its whole CPU per pass (the pass,
 building, rendering and compressing the page, garbage collection, answering the scrape),
-as a ratio to the same floor. Then the RSS of a real `procdelta serve` and the latency of
-`/metrics` with 1000 groups while passes run. Machines are noisy: read the ratios, not the
-absolute times.
+as a ratio to the same floor; and what it ships: series and bytes per pod on its page, for
+each switch. Then the RSS of a real `procdelta serve` and the latency of `/metrics` with
+1000 groups while passes run. Machines are noisy: read the ratios, not the absolute times.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -513,6 +514,76 @@ def measure_served(
     return Served(cpu / (last - first), last - first, per_pass, misaligned)
 
 
+# The switches whose page the bench weighs: the default, then each turned the other way
+SWITCHES: tuple[str, ...] = (
+    "--no-export.interval-gauges",
+    "--no-export.totals",
+    "--no-collector.cgroup",
+    "--no-collector.cgroup.pressure",
+    "--per-container",
+)
+
+
+@dataclass
+class PageSize:
+    """What one page of `procdelta serve` ships for the pods of a table."""
+
+    switch: str  # "default", or the one switch turned
+    pods: int
+    series: int  # sample lines carrying the uid of one of the table's pods
+    line_bytes: int  # their bytes, newlines included
+    page_bytes: int  # the whole page, uncompressed
+    shipped_bytes: int  # the whole page as sent (gzip)
+    per_group: Counter[int] = field(default_factory=Counter)  # series of a group -> groups
+    failed: str | None = None  # why there is no page (serve refused the switch, or stopped)
+
+    @property
+    def groups(self) -> int:
+        return sum(self.per_group.values())
+
+
+_UID = re.compile(rb'[{,]uid="([^"]*)"')
+
+
+def page_size(page: Page, switch: str, uids: set[str]) -> PageSize:
+    """Series and bytes of the pods whose uid is in `uids` (another pod on the node, or the
+    node's own groups, not counted); a group is one label set."""
+    groups: Counter[bytes] = Counter()
+    series = line_bytes = 0
+    wanted = {uid.encode() for uid in uids}
+    for line in page.text.split(b"\n"):
+        found = _UID.search(line)
+        if found is None or line.startswith(b"#") or found[1] not in wanted:
+            continue
+        series += 1
+        line_bytes += len(line) + 1
+        groups[line[line.index(b"{") : line.rindex(b"}") + 1]] += 1
+    return PageSize(
+        switch, len(uids), series, line_bytes, len(page.text), page.shipped,
+        Counter(groups.values()),
+    )  # fmt: skip
+
+
+def page_sizes(
+    pods_file: str, switches: Sequence[str] = SWITCHES, passes: int = SERVED_WARMUP
+) -> list[PageSize]:
+    """The page of a real `procdelta serve` over the pods of `pods_file` (named as kubelet
+    names them: `pod_names`), as Prometheus fetches it, once `passes` passes completed
+    (every shape of series is there from the second): with the default switches, then with
+    each of `switches` turned."""
+    uids = {uid for uid, _ in _pod_ids(pods_file)}
+    sizes = []
+    with pod_names(pods_file) as (pod_logs, container_logs):
+        names = ["--path.pod-logs", pod_logs, "--path.container-logs", container_logs]
+        for switch in ("default", *switches):
+            try:
+                with served([*names, *([] if switch == "default" else [switch])]) as (_, scraper):
+                    sizes.append(page_size(_until_passes(scraper, passes), switch, uids))
+            except (RuntimeError, OSError, http.client.HTTPException) as error:
+                sizes.append(PageSize(switch, len(uids), 0, 0, 0, 0, failed=str(error)))
+    return sizes
+
+
 @dataclass
 class TableResult:
     name: str
@@ -546,13 +617,15 @@ def bench_table(
     pods: int = 0,
     variants: tuple[tuple[str, Options], ...] | None = None,
     served_passes: int = 0,
+    then: Callable[[str | None], None] | None = None,
 ) -> list[TableResult]:
     """One synthetic table; each variant's pass and the floor measured in every round (in
     a rotating order), so that variants are compared with the same floor. One result per
     variant (by default one: procdelta with its default options). Each variant, and the
     floor, runs in a process of its own (`_pass_worker`). With `served_passes`, after the
     rounds, over the same table: a row for a real `procdelta serve` (`measure_served`, its
-    pods named by `pod_names`), against the same floor."""
+    pods named by `pod_names`), against the same floor. Then `then`, given the table's pods
+    file (None without pods), while the table still runs."""
     variants = variants or (
         (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
     )
@@ -597,6 +670,8 @@ def bench_table(
         whole = None
         if served_passes:
             whole = _served_row(name, pods_file, served_passes, seen, floor)
+        if then is not None:
+            then(pods_file)
     return [
         TableResult(
             label,
@@ -772,7 +847,8 @@ def report(lines: list[str], rounds: int, pause: float, quick: bool) -> str:
 class Table(NamedTuple):
     """A synthetic table of the bench: a pods table spreads the processes over pod cgroups
     laid out as kubelet does (in every hierarchy); `mixed:10` runs the processes of 10 of
-    them and leaves the others idle. `served`: a row for the served process too."""
+    them and leaves the others idle. `served`: a row for the served process too; `sizes`:
+    weigh the page over it, for each switch."""
 
     name: str
     processes: int
@@ -780,6 +856,7 @@ class Table(NamedTuple):
     pods: int = 0
     variants: tuple[tuple[str, Options], ...] | None = None
     served: bool = False
+    sizes: bool = False
 
 
 def tables(quick: bool) -> list[Table]:
@@ -787,12 +864,12 @@ def tables(quick: bool) -> list[Table]:
         return [
             Table("default N=200", 200, "idle"),
             Table("busy N=200", 200, "busy"),
-            Table("pods N=200", 200, "idle", 22, _variants("pods N=200", True), True),
+            Table("pods N=200", 200, "idle", 22, _variants("pods N=200", True), True, True),
         ]
     return [
         Table("default N=1000", 1000, "idle", served=True),
         Table("busy N=1000", 1000, "busy"),
-        Table("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True), True),
+        Table("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True), True, True),
         Table("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False), True),
         # (no busy N=5000: 14.5k threads waking every 100 ms saturate a small machine,
         # and a pass would measure the run queue, not itself)
@@ -831,10 +908,16 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     )
     echo(header)
     failures, notes = [], []
+    shipped: list[tuple[str, list[PageSize]]] = []
     for table in tables(quick):
+
+        def weigh(pods_file: str | None, name: str = table.name) -> None:
+            assert pods_file is not None, "a table weighed has pods"
+            shipped.append((name, page_sizes(pods_file)))
+
         for result in bench_table(
             table.name, table.processes, table.mode, rounds, pause, table.pods, table.variants,
-            SERVED_PASSES if table.served else 0,
+            SERVED_PASSES if table.served else 0, weigh if table.sizes else None,
         ):  # fmt: skip
             _echo_row(result, echo)
             if result.exporter_failed:
@@ -850,6 +933,8 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         echo(f"prometheus-process-exporter could not keep up ({failure}): its scrapes stopped")
     for note in notes:
         echo(note)
+    for name, sizes in shipped:
+        _echo_sizes(name, sizes, echo)
     if not quick:
         echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
     latencies = metrics_latency()
@@ -882,3 +967,39 @@ def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
         f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
         f"{result.ratio:6.2f} {spread:>10} {exporter}"
     )
+
+
+def _echo_sizes(table: str, sizes: list[PageSize], echo: Callable[[str], None]) -> None:
+    """What is shipped, per switch: series and bytes per pod (and per 110 pods, a node's
+    default maximum), the label sets' series, the whole page plain and gzipped."""
+    pods = sizes[0].pods
+    echo("")
+    echo(f"What is shipped: the page of procdelta serve over the {table} table ({pods} pods,")
+    echo("named as kubelet names a Deployment's pods), fetched as Prometheus 3 fetches it")
+    echo("(OpenMetrics, gzip), with the default switches and with each one turned. series, bytes:")
+    echo("the sample lines carrying one of the table's pod uids (per pod, and for 110 pods);")
+    echo("groups: their label sets (with --per-container, one per container); page: all of it.")
+    echo(
+        f"{'switches':<31} {'series/pod':>10} {'bytes/pod':>9} {'series/110':>10} "
+        f"{'groups/pod':>10} {'series/group':>14} {'page bytes':>10} {'gzip bytes':>10}"
+    )
+    for size in sizes:
+        if size.failed is not None:
+            echo(f"{size.switch:<31} {'failed':>10} (below)")
+            continue
+        per_group = ",".join(str(n) for n in sorted(size.per_group, reverse=True))
+        echo(
+            f"{size.switch:<31} {size.series / size.pods:10.1f} "
+            f"{size.line_bytes / size.pods:9.0f} {size.series * 110 / size.pods:10.0f} "
+            f"{size.groups / size.pods:10.1f} {per_group:>14} {size.page_bytes:>10} "
+            f"{size.shipped_bytes:>10}"
+        )
+    for size in sizes:
+        if len(size.per_group) > 1:
+            counts = ", ".join(
+                f"{groups} of {series}" for series, groups in sorted(size.per_group.items())
+            )
+            echo(f"{size.switch}: groups of series: {counts} (a container holding no process,")
+            echo("as the table's pause containers, exports its cgroup's fields only)")
+        if size.failed is not None:
+            echo(f"{size.switch}: no page: {size.failed}")
