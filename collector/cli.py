@@ -373,7 +373,8 @@ def serve(
     help="Also write the report there, as Markdown (the project keeps docs/bench.md).",
 )
 def bench(rounds: int, pause: float, quick: bool, output: str | None) -> None:
-    """Measure a pass against the naive floor on synthetic process tables (needs root)."""
+    """Measure a pass, and the whole served process, against the naive floor on synthetic
+    process tables, and weigh the page per pod for each switch (needs root)."""
     try:
         from collector import bench as benchmark
     except ModuleNotFoundError as error:  # the bench extra is not installed
