@@ -1,8 +1,9 @@
 """Serving: passes in the background, one immutable snapshot at a time, HTTP for scrapes.
 
-A pass builds a complete snapshot — the `/metrics` page already rendered in both
-formats — and swaps it in under a lock. A scrape only reads the current snapshot: it
-never waits for a pass and never advances the cache.
+A pass builds a complete snapshot — the `/metrics` page's families, their lines rendered
+(`PageRenderer`: only what changed since the last pass), each format joined and
+compressed when a scraper first asks for it — and swaps it in under a lock. A scrape
+only reads the current snapshot: it never waits for a pass and never advances the cache.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import socket
 import ssl
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -31,10 +31,11 @@ from collector.engine import Engine, PassResult
 from collector.exposition import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
+    Page,
+    PageRenderer,
     SelfState,
     Shapes,
-    build_families,
-    render_both,
+    gzip_member,
 )
 from collector.groups import Group
 from collector.model import CgroupFields, Fields
@@ -48,27 +49,22 @@ HEALTHY_INTERVALS = 3
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One published state: the page in both formats, plain and gzipped, and what /healthz
-    needs. Built whole by the pass (compression included), never mutated: a scrape only
-    picks the bytes it was asked for."""
+    """One published state: the page (each format joined, and compressed, when a scraper
+    first asks for it: `Page`) and what /healthz needs. Never replaced in part: a scrape
+    only picks the bytes it was asked for."""
 
-    text: bytes
-    openmetrics: bytes  # without the closing `# EOF`: the live families follow it
-    text_gzip: bytes
-    openmetrics_gzip: bytes
+    page: Page
     passes: int
     completed_at: float | None  # monotonic instant of the pass, None before the first
 
-    @classmethod
-    def build(cls, text: bytes, openmetrics: bytes, passes: int, completed_at: float | None):
-        return cls(text, openmetrics, _gzip(text), _gzip(openmetrics), passes, completed_at)
+    @property
+    def text(self) -> bytes:
+        return self.page.text
 
-
-def _gzip(data: bytes, level: int = 1) -> bytes:
-    """A gzip member. A compressobj releases the interpreter lock while it deflates (the
-    one-shot `gzip.compress` holds it), so scrapes are answered while a page compresses."""
-    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
-    return compressor.compress(data) + compressor.flush()
+    @property
+    def openmetrics(self) -> bytes:
+        """Without the closing `# EOF`: the live families follow it."""
+        return self.page.openmetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +104,7 @@ class PassLoop:
         self._dropped_threads: Counter[str] = Counter()
         self._dropped_cgroups: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._renderer = PageRenderer(self.shapes)
         self._snapshot = self._render(completed_at=None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,16 +173,10 @@ class PassLoop:
 
     def _render(self, completed_at: float | None) -> Snapshot:
         data = self._data
-        families = build_families(
-            data.intervals,
-            data.totals,
-            data.footprints,
-            self._state,
-            data.cgroup_intervals,
-            self.shapes,
+        page = self._renderer.render(
+            data.intervals, data.totals, data.footprints, self._state, data.cgroup_intervals
         )
-        text, openmetrics = render_both(families)
-        return Snapshot.build(text, openmetrics, self._state.passes, completed_at)
+        return Snapshot(page, self._state.passes, completed_at)
 
     def _publish(self, snapshot: Snapshot) -> None:
         with self._lock:
@@ -234,7 +225,7 @@ class LiveMetrics:
                 return cached[1]
             body = (client_openmetrics if openmetrics else client_text)(self.registry)
             if gzipped:
-                body = _gzip(body)
+                body = gzip_member(body)
             self._pages[key] = (now, body)
             return body
 
@@ -297,14 +288,10 @@ class MetricsHandler(BaseHTTPRequestHandler):
         snapshot = self.server.loop.snapshot()
         openmetrics = wants_openmetrics(self.headers.get("Accept"))
         gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
-        if openmetrics:
-            head = snapshot.openmetrics_gzip if gzip_ok else snapshot.openmetrics
-            content_type = OPENMETRICS_CONTENT_TYPE
-        else:
-            head = snapshot.text_gzip if gzip_ok else snapshot.text
-            content_type = TEXT_CONTENT_TYPE
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
-        body = head + self.server.live.page(openmetrics, gzip_ok)
+        page = snapshot.page.body(openmetrics, gzip_ok)
+        body = page + self.server.live.page(openmetrics, gzip_ok)
         return content_type, body, "gzip" if gzip_ok else None
 
     def _reply(

@@ -10,9 +10,12 @@ that check this output.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 
 from prometheus_client.utils import floatToGoString
 
@@ -126,12 +129,77 @@ class SelfState:
     sources: Mapping[str, bool] | None = None
 
 
-def _group_samples(values: Iterable[tuple[Group, int]], suffix: str = "") -> tuple[Sample, ...]:
-    return tuple((suffix, group.labels, value) for group, value in values)
-
-
 def _sorted(mapping: Mapping[Group, object]) -> list[Group]:
     return sorted(mapping, key=lambda group: (group.kind, group.labels))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFamily:
+    """A family with one sample per group, fed by one mapping of the pass (`source`):
+    `intervals` (Fields), `cgroup_intervals` (CgroupFields), `totals` (a dict of counters)
+    or `footprints` (FootprintSums); `field` names the value in it (none: no sample)."""
+
+    name: str
+    kind: str
+    help: str
+    source: str
+    field: str
+    suffix: str = ""
+
+    def line(self, group: Group, value: int | None) -> bytes:
+        """The family's sample line for a group, b"" where the group has no value."""
+        if value is None:
+            return b""
+        return f"{self.name}{self.suffix}{_labels(group.labels)} {value}\n".encode()
+
+
+SOURCES = ("intervals", "cgroup_intervals", "totals", "footprints")
+
+_FOOTPRINT_HELP = (
+    ("processes", "Processes seen by the last pass, with a delta or not."),
+    ("threads", "Threads of the processes seen by the last pass."),
+    ("rss_bytes", "Resident memory of the processes seen by the last pass (bytes)."),
+)
+
+
+@lru_cache(maxsize=16)
+def group_families(shapes: Shapes) -> tuple[GroupFamily, ...]:
+    """The per-group families of docs/reference.md §5 (and §7), in the page's order."""
+    families: list[GroupFamily] = []
+    if shapes.interval_gauges:
+        interval = "{}; the last completed interval."
+        families += [
+            GroupFamily(f"procdelta_interval_{n}", "gauge", interval.format(_FIELD_HELP[n]),
+                        "intervals", n)
+            for n in FIELD_NAMES
+        ]  # fmt: skip
+        if shapes.cgroup:
+            families += [
+                GroupFamily(f"procdelta_interval_{n}", "gauge", interval.format(_FIELD_HELP[n]),
+                            "cgroup_intervals", n)
+                for n in CGROUP_FIELD_NAMES
+            ]  # fmt: skip
+    if shapes.totals:
+        names = COUNTER_FIELD_NAMES + (CGROUP_FIELD_NAMES if shapes.cgroup else ())
+        families += [
+            GroupFamily(f"procdelta_{n}", "counter",
+                        f"{_FIELD_HELP[n]}; accumulated since the collector started.",
+                        "totals", n, "_total")
+            for n in names
+        ]  # fmt: skip
+    families += [
+        GroupFamily(f"procdelta_footprint_{n}", "gauge", help_text, "footprints", n)
+        for n, help_text in _FOOTPRINT_HELP
+    ]
+    return tuple(families)
+
+
+def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[[object], tuple]:
+    """A group's values for `fields`, from its entry in one source mapping, as a tuple."""
+    if source == "totals":
+        return lambda counters: tuple(map(counters.get, fields))
+    get = attrgetter(*fields)
+    return (lambda data: (get(data),)) if len(fields) == 1 else get
 
 
 def build_families(
@@ -142,62 +210,27 @@ def build_families(
     cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
     shapes: Shapes | None = None,
 ) -> list[Family]:
-    """Every family of docs/reference.md §5 (and §7), series in a stable order."""
+    """Every family of docs/reference.md §5 (and §7), series in a stable order: the page
+    rendered whole (`PageRenderer` renders the same bytes, pass after pass, reusing what
+    did not change)."""
+    sources = {
+        "intervals": intervals,
+        "cgroup_intervals": cgroup_intervals or {},
+        "totals": totals,
+        "footprints": footprints,
+    }
     families: list[Family] = []
-    cgroup_intervals = cgroup_intervals or {}
-    shapes = shapes or Shapes()
-    if shapes.interval_gauges:
-        interval_groups = _sorted(intervals)
-        for name in FIELD_NAMES:
-            families.append(
-                _interval_family(name, ((g, getattr(intervals[g], name)) for g in interval_groups))
-            )
-        if shapes.cgroup:
-            cgroup_groups = _sorted(cgroup_intervals)
-            for name in CGROUP_FIELD_NAMES:
-                values = ((g, getattr(cgroup_intervals[g], name)) for g in cgroup_groups)
-                families.append(
-                    _interval_family(name, ((g, v) for g, v in values if v is not None))
-                )
-    if shapes.totals:
-        total_groups = _sorted(totals)
-        names = COUNTER_FIELD_NAMES + (CGROUP_FIELD_NAMES if shapes.cgroup else ())
-        for name in names:
-            families.append(
-                Family(
-                    f"procdelta_{name}",
-                    "counter",
-                    f"{_FIELD_HELP[name]}; accumulated since the collector started.",
-                    _group_samples(
-                        ((g, totals[g][name]) for g in total_groups if name in totals[g]), "_total"
-                    ),
-                )
-            )
-    footprint_groups = _sorted(footprints)
-    for name, help_text in (
-        ("processes", "Processes seen by the last pass, with a delta or not."),
-        ("threads", "Threads of the processes seen by the last pass."),
-        ("rss_bytes", "Resident memory of the processes seen by the last pass (bytes)."),
-    ):
-        families.append(
-            Family(
-                f"procdelta_footprint_{name}",
-                "gauge",
-                help_text,
-                _group_samples((g, getattr(footprints[g], name)) for g in footprint_groups),
-            )
+    for family in group_families(shapes or Shapes()):
+        mapping = sources[family.source]
+        get = _row_getter(family.source, (family.field,))
+        samples = tuple(
+            (family.suffix, g.labels, value)
+            for g in _sorted(mapping)
+            if (value := get(mapping[g])[0]) is not None
         )
+        families.append(Family(family.name, family.kind, family.help, samples))
     families.extend(_self_families(state))
     return families
-
-
-def _interval_family(name: str, values: Iterable[tuple[Group, int]]) -> Family:
-    return Family(
-        f"procdelta_interval_{name}",
-        "gauge",
-        f"{_FIELD_HELP[name]}; the last completed interval.",
-        _group_samples(values),
-    )
 
 
 def _by_reason(counts: Mapping[str, int] | None, reasons: tuple[str, ...]) -> tuple[Sample, ...]:
@@ -351,26 +384,22 @@ def _sample_block(family: Family) -> bytes:
     ).encode()
 
 
-def _text_header(family: Family) -> bytes:
-    name = family.name + ("_total" if family.kind == "counter" else "")
-    help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
-    return f"# HELP {name} {help_text}\n# TYPE {name} {family.kind}\n".encode()
+@lru_cache(maxsize=256)
+def _text_header(name: str, kind: str, help_text: str) -> bytes:
+    name += "_total" if kind == "counter" else ""
+    help_text = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n".encode()
 
 
-def _openmetrics_header(family: Family) -> bytes:
-    help_text = _escape_label(family.help)
-    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n".encode()
+@lru_cache(maxsize=256)
+def _openmetrics_header(name: str, kind: str, help_text: str) -> bytes:
+    return f"# HELP {name} {_escape_label(help_text)}\n# TYPE {name} {kind}\n".encode()
 
 
 def render_both(families: Iterable[Family]) -> tuple[bytes, bytes]:
     """(Prometheus text 0.0.4, OpenMetrics 1.0 without its closing `# EOF`)."""
-    text: list[bytes] = []
-    openmetrics: list[bytes] = []
-    for family in families:
-        block = _sample_block(family)
-        text += (_text_header(family), block)
-        openmetrics += (_openmetrics_header(family), block)
-    return b"".join(text), b"".join(openmetrics)
+    page = Page(tuple((f.name, f.kind, f.help, _sample_block(f)) for f in families))
+    return page.text, page.openmetrics
 
 
 def render_text(families: Iterable[Family]) -> bytes:
@@ -382,3 +411,145 @@ def render_openmetrics(families: Iterable[Family], eof: bool = True) -> bytes:
     """OpenMetrics 1.0 text. Without `eof`, for a page that other families follow."""
     body = render_both(families)[1]
     return body + b"# EOF\n" if eof else body
+
+
+def gzip_member(data: bytes, level: int = 1) -> bytes:
+    """A gzip member. A compressobj releases the interpreter lock while it deflates (the
+    one-shot `gzip.compress` holds it), so scrapes are answered while a page compresses."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
+
+
+class Page:
+    """One pass's page: each family's name, type, help and sample lines (the same in both
+    formats). Each format, plain or gzipped, is joined the first time a scraper asks for
+    it, once (under a lock: a burst of scrapes waits for the one join), and kept."""
+
+    __slots__ = ("_bodies", "_lock", "families")
+
+    def __init__(self, families: tuple[tuple[str, str, str, bytes], ...]):
+        self.families = families
+        self._bodies: dict[tuple[bool, bool], bytes] = {}
+        self._lock = threading.Lock()
+
+    def body(self, openmetrics: bool, gzipped: bool = False) -> bytes:
+        """The page in one format (OpenMetrics without its closing `# EOF`)."""
+        key = (openmetrics, gzipped)
+        body = self._bodies.get(key)
+        if body is not None:
+            return body
+        plain = self.body(openmetrics) if gzipped else b""
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is None:
+                body = gzip_member(plain) if gzipped else self._join(openmetrics)
+                self._bodies[key] = body
+        return body
+
+    def _join(self, openmetrics: bool) -> bytes:
+        header = _openmetrics_header if openmetrics else _text_header
+        parts: list[bytes] = []
+        for name, kind, help_text, block in self.families:
+            parts += (header(name, kind, help_text), block)
+        return b"".join(parts)
+
+    @property
+    def text(self) -> bytes:
+        return self.body(False)
+
+    @property
+    def openmetrics(self) -> bytes:
+        return self.body(True)
+
+
+class _SourceLines:
+    """The sample lines of the per-group families fed by one source mapping of the pass,
+    kept from pass to pass: a group's lines are rendered again only when one of its values
+    changed, and a family's block is joined again only when one of its lines did."""
+
+    def __init__(self, families: tuple[GroupFamily, ...]):
+        self.families = families
+        self.row = _row_getter(families[0].source, tuple(f.field for f in families))
+        self.rows: dict[Group, tuple] = {}  # each group's values, one per family
+        self.position: dict[Group, int] = {}  # in the page's order
+        self.lines: list[list[bytes]] = [[] for _ in families]  # per family, per group
+        self.blocks: list[bytes] = [b"" for _ in families]
+
+    def update(self, mapping: Mapping[Group, object]) -> list[bytes]:
+        """Each family's block of sample lines for this pass's mapping."""
+        row = self.row
+        rows = {group: row(data) for group, data in mapping.items()}
+        if rows == self.rows:
+            return self.blocks
+        families, before = self.families, self.rows
+        if rows.keys() == before.keys():  # the same groups: only changed lines anew
+            touched: set[int] = set()
+            for group, values in rows.items():
+                old = before[group]
+                if old == values:
+                    continue
+                at = self.position[group]
+                for index, value in enumerate(values):
+                    if value != old[index]:
+                        self.lines[index][at] = families[index].line(group, value)
+                        touched.add(index)
+            for index in touched:
+                self.blocks[index] = b"".join(self.lines[index])
+        else:  # groups came or went: every line in its place, unchanged ones kept
+            order = _sorted(rows)
+            old_lines, old_position = self.lines, self.position
+            self.position = {group: i for i, group in enumerate(order)}
+            self.lines = []
+            for index, family in enumerate(families):
+                lines = [
+                    old_lines[index][old_position[group]]
+                    if before.get(group) == rows[group]
+                    else family.line(group, rows[group][index])
+                    for group in order
+                ]
+                self.lines.append(lines)
+                self.blocks[index] = b"".join(lines)
+        self.rows = rows
+        return self.blocks
+
+
+class PageRenderer:
+    """Renders the page pass after pass, byte for byte what `build_families` and
+    `render_both` give for the same pass, reusing what did not change: a group's lines
+    whose values are what they were, every family's HELP and TYPE lines, and nothing of a
+    format until a scraper asks for it (`Page`). An idle pod costs a comparison of its
+    values per pass, not a rendering."""
+
+    def __init__(self, shapes: Shapes | None = None):
+        families = group_families(shapes or Shapes())
+        self._sources = {
+            source: _SourceLines(tuple(f for f in families if f.source == source))
+            for source in SOURCES
+            if any(f.source == source for f in families)
+        }
+        self._order = [  # (source, index in it) of each per-group family, in page order
+            (f.source, [g for g in families if g.source == f.source].index(f)) for f in families
+        ]
+        self._families = families
+
+    def render(
+        self,
+        intervals: Mapping[Group, Fields],
+        totals: Mapping[Group, Mapping[str, int]],
+        footprints: Mapping[Group, FootprintSums],
+        state: SelfState,
+        cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
+    ) -> Page:
+        mappings = {
+            "intervals": intervals,
+            "cgroup_intervals": cgroup_intervals or {},
+            "totals": totals,
+            "footprints": footprints,
+        }
+        blocks = {source: lines.update(mappings[source]) for source, lines in self._sources.items()}
+        parts = [
+            (family.name, family.kind, family.help, blocks[source][index])
+            for family, (source, index) in zip(self._families, self._order, strict=True)
+        ]
+        parts += [(f.name, f.kind, f.help, _sample_block(f)) for f in _self_families(state)]
+        return Page(tuple(parts))
