@@ -712,6 +712,19 @@ def _served_row(
     )  # fmt: skip
 
 
+def serve_idle_cpu(seconds: float = 20, interval: float = 60) -> float:
+    """CPU (ms) per second of a real `procdelta serve` between passes, unscraped: its
+    threads' wakeups (schedstat, to the ns), which a served row at a short interval
+    spreads over few seconds per pass, while a node pays them every second."""
+    with served(["--pods-only"], interval) as (pid, scraper):
+        _until_passes(scraper, 1)
+        scraper.close()  # no connection left open, no handler thread
+        time.sleep(1)
+        began, cpu = time.monotonic(), _thread_cpu_ns(pid)
+        time.sleep(seconds)
+        return (_thread_cpu_ns(pid) - cpu) / 1e6 / (time.monotonic() - began)
+
+
 def serve_rss(processes: int, passes: int = 4) -> float:
     """RSS (MB) of a real `procdelta serve` after some passes over a synthetic table."""
     with synthetic_table(processes, "idle"):
@@ -933,6 +946,13 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         echo(f"prometheus-process-exporter could not keep up ({failure}): its scrapes stopped")
     for note in notes:
         echo(note)
+    idle = serve_idle_cpu(10 if quick else 20)
+    echo("")
+    echo(f"procdelta serve between passes (none due, unscraped): {idle:.2f} ms of CPU per second;")
+    echo(
+        f"a pass carries {idle * 15:.1f} ms of it at the default --interval 15, "
+        f"{idle * SERVED_INTERVAL:.1f} ms at {SERVED_INTERVAL:g} (the served rows)."
+    )
     for name, sizes in shipped:
         _echo_sizes(name, sizes, echo)
     if not quick:

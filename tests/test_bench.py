@@ -61,6 +61,7 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "--no-collector.cgroup.pressure",
         "--per-container",
     ]
+    assert re.search(r"procdelta serve between passes .*: [\d.]+ ms of CPU per second", tables)
     assert re.search(
         r"/metrics with 1000 groups while passes run: p50 [\d.]+ ms, p99 [\d.]+ ms", result.stdout
     )
