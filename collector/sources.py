@@ -82,7 +82,7 @@ def log_missing(sources: dict[str, bool], procfs: str, cgroupfs: str | None) -> 
             cgroupfs,
             _PRESSURE,
         )
-    elif not sources["psi"]:
+    elif not sources.get("psi", True):  # absent: not read (--no-collector.cgroup.pressure)
         log.warning(
             "the cgroup v2 tree under %s has no readable cpu.pressure (a kernel without "
             "CONFIG_PSI, or booted with psi=0; psi=1 turns it on): %s will be absent",

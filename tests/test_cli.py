@@ -106,6 +106,19 @@ def test_without_the_cgroup_collector_json_has_the_process_fields_only():
     assert all(list(row) == ["group", *FIELDS] for row in json.loads(env.stdout))
 
 
+def test_without_pressure_no_pressure_field_and_no_source_for_it():
+    """`--no-collector.cgroup.pressure` on a host with PSI: the pressure fields have no
+    series, and no source is said missing for it (it once failed here, reading the PSI
+    source it had just left out)."""
+    result = procdelta(
+        "once", "--interval", "0.2", "--format", "prometheus", "--no-collector.cgroup.pressure"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pressure" not in result.stderr
+    samples = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert samples and not [line for line in samples if "_pressure_" in line]
+
+
 def test_both_export_shapes_off_is_refused():
     result = procdelta("once", "--no-export.interval-gauges", "--no-export.totals")
     assert_one_line_error(result, "keep one of them")
