@@ -339,12 +339,13 @@ def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     loop.start()
+    # An idle collector wakes for its passes and its scrapes, and rarely else: the HTTP
+    # loop polls for its shutdown twice a second, the main thread sleeps until a signal.
     serving = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True
+        target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True
     )
     serving.start()
-    while not stop.wait(0.5):
-        pass
+    stop.wait()
     log.info("stopping")
     server.shutdown()
     server.server_close()
