@@ -90,7 +90,7 @@ class Node:
 
 def state(passes: int) -> SelfState:
     return SelfState(
-        version="0.1.0",
+        version="9.8.7",
         passes=passes,
         dropped={"first_seen": passes},
         interval_seconds=15.0 + passes / 7,
