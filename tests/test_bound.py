@@ -410,6 +410,7 @@ def test_a_process_moved_to_a_busy_pod_on_the_kernel_is_counted_within_k_passes(
     ):
         options = Options("/proc", str(tmp_path), str(tmp_path), False, pods_only=True)
         engine = build_engine(options)
+        time.sleep(0.3)  # its threads started and blocked: nothing of it moves until asked
         before = _on_cpu_ns(work.pid)
         passes = 0
         # idle passes, until the move falls two passes or more before its whole read
