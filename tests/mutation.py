@@ -1,0 +1,765 @@
+"""Mutation testing of the shortcuts and the guards: does some test fail when one breaks?
+
+Each mutant below is one small edit to one file: a clause of a shortcut's predicate
+dropped or negated, a comparison flipped, a predicate forced True or False, a guard's
+check removed, the bound (every process and cgroup read whole once every K passes)
+taken away. For each, the tests that cover those modules (`TEST_FILES`) are run against
+a scratch copy of the repository with the mutant applied. A mutant that makes a test
+fail is *killed*; one that passes every test *survives*, and is a finding: a missing
+test, or a check that nothing needs (then say why, or remove it).
+
+Run from the repository's root, with its venv:
+
+    python -m tests.mutation                  # every mutant, 2 workers
+    python -m tests.mutation --list           # the catalogue, with why each matters
+    python -m tests.mutation --only 'tracker/*' engine/holds-forced-true --jobs 1
+
+The repository (its tracked and untracked, non-ignored files) is copied afresh under
+/tmp once per worker at the start of a run, so files edited meanwhile do not matter.
+Each mutant's edit is applied to the worker's copy, the tests run there (`-x -q -p
+no:cacheprovider`, a fixed Hypothesis seed and no shrinking, a timeout), and the file
+restored. The unmutated copies are run first: if they fail, no mutant's result would
+mean anything, and the run stops (exit status 3).
+
+A failing test is run again alone, up to 3 times; if it then passes, the failure was
+the test's (a kernel test's timing, more so beside the other worker's load), not the
+mutant's: the run is repeated without that test, and the test is reported as flaky. A
+mutant killed only by a test on the real kernel (marked `kernel`), or by one flaky
+elsewhere in the run, is listed for a second look (`--only NAME --jobs 1`, on a quiet
+machine): a heavy load can fail such a test four times running.
+
+A run of the whole catalogue takes about 10 minutes with 2 workers on a quiet 2-core
+machine, up to 17 when others load it (each surviving mutant costs a full run of the
+tests, 40 s to a minute; a killed one usually seconds). It is not part of CI: it is slow, and it
+reports findings rather than pass or fail. Some tests need root and real cgroups
+(test_cgroup_kernel.py and the live cases of test_incremental.py), as in CI.
+
+Every original snippet must occur exactly once in its file; one that does not (the code
+changed under the catalogue) stops the run with exit status 2, so the catalogue cannot
+rot silently. Otherwise the exit status is 0, survivors or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEST_FILES = (
+    # the pure guards and the readers' unit tests first: most mutants die in seconds
+    "tests/test_tracker.py",
+    "tests/test_cgroupguard.py",
+    "tests/test_reading.py",
+    "tests/test_aggregate.py",
+    "tests/test_engine.py",
+    "tests/test_cgroupfs.py",
+    "tests/test_quiet_cgroups.py",
+    "tests/test_bound.py",
+    "tests/test_exposition.py",
+    "tests/test_golden.py",
+    "tests/test_cgroup_golden.py",
+    "tests/test_incremental.py",
+    "tests/test_oracle.py",
+    "tests/test_fuzz.py",
+    "tests/test_cgroup_kernel.py",
+)
+"""The tests that cover the mutated modules, fastest first (`-x` stops at the first
+failure). Left out as too slow for a run per mutant: test_load, test_reliability,
+test_container, test_end_to_end. A file missing from the copy is skipped, and said."""
+
+READING = "collector/reading.py"
+CGROUPFS = "collector/cgroupfs.py"
+ENGINE = "collector/engine.py"
+TRACKER = "collector/tracker.py"
+CGROUPGUARD = "collector/cgroupguard.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository's root
+    original: str  # must occur exactly once in the file
+    replacement: str
+    why: str  # what a test that kills it proves
+
+
+def _mutants() -> Iterator[Mutant]:
+    m = Mutant
+    # -- collector/reading.py: the process reader's shortcuts ------------------------------
+    yield m(
+        "reading/same_thread-inode-dropped", READING,
+        "return old is not None and old.ino == ino",
+        "return old is not None",
+        "a TID reused by a new thread (new inode) would inherit the old thread's start and reading",
+    )  # fmt: skip
+    yield m(
+        "reading/same_thread-forced-false", READING,
+        "return old is not None and old.ino == ino",
+        "return False",
+        "every thread's stat re-read, nothing carried: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/did_not_run-timeslices-dropped", READING,
+        "return old.schedstat == schedstat and old.reading.timeslices > 0",
+        "return old.schedstat == schedstat",
+        "a kernel without sched_info prints `0 0 0` for a thread however much it ran",
+    )  # fmt: skip
+    yield m(
+        "reading/did_not_run-schedstat-dropped", READING,
+        "return old.schedstat == schedstat and old.reading.timeslices > 0",
+        "return old.reading.timeslices > 0",
+        "a thread whose schedstat moved would keep last pass's reading",
+    )  # fmt: skip
+    yield m(
+        "reading/did_not_run-forced-false", READING,
+        "return old.schedstat == schedstat and old.reading.timeslices > 0",
+        "return False",
+        "no idle thread or quiet process skipped: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/only_waited-on_cpu-dropped", READING,
+        "return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0",
+        "return before.timeslices == timeslices > 0",
+        "a thread charged more CPU time (run count still) would keep its old switches and io",
+    )  # fmt: skip
+    yield m(
+        "reading/only_waited-timeslices-dropped", READING,
+        "return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0",
+        "return before.on_cpu_ns == on_cpu_ns",
+        "a thread picked and not yet charged (run count moved, CPU time not) keeps old switches",
+    )  # fmt: skip
+    yield m(
+        "reading/only_waited-zero-run-count", READING,
+        "return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0",
+        "return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices",
+        "`0 0 <delay>` with no sched_info would prove a thread idle that ran",
+    )  # fmt: skip
+    yield m(
+        "reading/only_waited-forced-false", READING,
+        "return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0",
+        "return False",
+        "status and io read for every waiting thread: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/io_unmoved-none-dropped", READING,
+        "return io_totals is not None and io_totals == previous.io_totals",
+        "return io_totals == previous.io_totals",
+        "two unread totals (None == None) would prove no thread did I/O",
+    )  # fmt: skip
+    yield m(
+        "reading/io_unmoved-forced-false", READING,
+        "return io_totals is not None and io_totals == previous.io_totals",
+        "return False",
+        "every running thread's io read: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/known_since-inode-dropped", READING,
+        "return previous is not None and previous.ino == ino and confirmed",
+        "return previous is not None and confirmed",
+        "a new process under a reused PID (new <pid> inode) would be carried or probed as the old",
+    )  # fmt: skip
+    yield m(
+        "reading/known_since-confirmed-dropped", READING,
+        "return previous is not None and previous.ino == ino and confirmed",
+        "return previous is not None and previous.ino == ino",
+        "a process whose cgroup was read once (maybe before it was moved) would be carried",
+    )  # fmt: skip
+    yield m(
+        "reading/known_since-forced-false", READING,
+        "return previous is not None and previous.ino == ino and confirmed",
+        "return False",
+        "no process probed or carried: the whole-process shortcuts are untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/in_quiet_cgroup-forced-true", READING,
+        "return quiet(previous.reading.cgroup)",
+        "return True",
+        "every known process carried unread whenever any cgroup is quiet",
+    )  # fmt: skip
+    yield m(
+        "reading/in_quiet_cgroup-forced-false", READING,
+        "return quiet(previous.reading.cgroup)",
+        "return False",
+        "nothing carried by cgroup: the quiet-cgroup shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/bound-removed", READING,
+        "    build,\n    whole_read_due,\n)",
+        "    build,\n)\n\n\ndef whole_read_due(key: int, passes: int) -> bool:\n    return False\n",
+        "no process is ever read whole: what a shortcut misses is never counted",
+    )  # fmt: skip
+    yield m(
+        "reading/bound-removed-from-carry", READING,
+        "whole_read_due(pid, passes)\n                    or not known_since",
+        "not known_since",
+        "a process of a quiet cgroup is carried forever, even when due to be read whole",
+    )  # fmt: skip
+    yield m(
+        "reading/bound-removed-from-read", READING,
+        "whole = whole_read_due(pid, self._passes)",
+        "whole = False",
+        "a process read, not carried, still takes every shortcut when due to be read whole",
+    )  # fmt: skip
+    yield m(
+        "reading/probe-ran-dropped", READING,
+        "if known and not whole and not previous.ran:",
+        "if known and not whole:",
+        "a process that ran during its last read is probed: the threads' schedstat proves nothing",
+    )  # fmt: skip
+    yield m(
+        "reading/probe-whole-dropped", READING,
+        "if known and not whole and not previous.ran:",
+        "if known and not previous.ran:",
+        "a quiet process due to be read whole is carried by its probe instead",
+    )  # fmt: skip
+    yield m(
+        "reading/probe-thread-count-dropped", READING,
+        "if len(listing) != len(known) or not all(",
+        "if not all(",
+        "a probe ignores threads born or gone since last pass (zip(strict) then raises)",
+    )  # fmt: skip
+    yield m(
+        "reading/probe-tid-dropped", READING,
+        "old.tid == tid and same_thread(old, ino)",
+        "same_thread(old, ino)",
+        "a probe matches threads by inode only, not by TID",
+    )  # fmt: skip
+    yield m(
+        "reading/pid-reuse-check-dropped", READING,
+        "if previous is not None and previous.reading.start_ticks != stat.start_ticks:",
+        "if False:",
+        "a new process under a reused PID keeps the old one's cgroup and threads",
+    )  # fmt: skip
+    yield m(
+        "reading/cgroup-carry-whole-dropped", READING,
+        "if previous is not None and confirmed and not whole:",
+        "if previous is not None and confirmed:",
+        "a confirmed process's cgroup file is never read again: a move is never seen",
+    )  # fmt: skip
+    yield m(
+        "reading/cgroup-carry-confirmed-dropped", READING,
+        "if previous is not None and confirmed and not whole:",
+        "if previous is not None and not whole:",
+        "a process's cgroup read only at its first sighting (before its runtime moved it)",
+    )  # fmt: skip
+    yield m(
+        "reading/cgroup-confirmed-without-equality", READING,
+        "cgroup_confirmed = previous is not None and previous.reading.cgroup == cgroup",
+        "cgroup_confirmed = previous is not None",
+        "a cgroup that changed between two sightings counts as settled",
+    )  # fmt: skip
+    yield m(
+        "reading/threads-whole-dropped", READING,
+        "threads = self._read_threads(pid, stat, None if whole else previous, probe)",
+        "threads = self._read_threads(pid, stat, previous, probe)",
+        "a whole read still carries idle threads' readings: thread shortcuts are never bounded",
+    )  # fmt: skip
+    # -- collector/cgroupfs.py: the cgroup reader's shortcuts ------------------------------
+    yield m(
+        "cgroupfs/bound-removed", CGROUPFS,
+        "if every is not None and whole_read_due(",
+        "if False and whole_read_due(",
+        "no cgroup is ever read whole: a late period or a tiny stall is never counted",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/bandwidth-usage-none-dropped", CGROUPFS,
+        "        usage_ns is not None\n        and usage_ns == previous.usage_ns",
+        "        usage_ns == previous.usage_ns",
+        "a group with no usage source (None == None) has its bandwidth carried forever",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/bandwidth-usage-dropped", CGROUPFS,
+        "\n        and usage_ns == previous.usage_ns",
+        "",
+        "a throttled, busy group's bandwidth counters carried unread",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/bandwidth-identity-dropped", CGROUPFS,
+        "\n        and identity == previous.identity",
+        "",
+        "a cgroup made anew with the same usage keeps the old one's bandwidth",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/bandwidth-previous-none-dropped", CGROUPFS,
+        "\n        and previous.bandwidth is not None",
+        "",
+        "a group whose bandwidth was unread last pass stays without it while idle",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/bandwidth-forced-false", CGROUPFS,
+        "    return (\n        usage_ns is not None\n",
+        "    return False and (\n        usage_ns is not None\n",
+        "bandwidth read every pass: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/pressure_unmoved-none-dropped", CGROUPFS,
+        "return before is not None and before == now",
+        "return before == now",
+        "a parent without PSI files (None == None) proves its children did not stall",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/pressure_unmoved-flipped", CGROUPFS,
+        "return before is not None and before == now",
+        "return before is not None and before != now",
+        "children's PSI carried exactly when their parent's moved",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/pressure_unmoved-forced-false", CGROUPFS,
+        "return before is not None and before == now",
+        "return False",
+        "every PSI file read every pass: the shortcut is untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/pressure-identity-dropped", CGROUPFS,
+        "same = previous is not None and (V2, inode) in previous.identity",
+        "same = previous is not None",
+        "a v2 cgroup made anew keeps the old one's PSI totals",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/stalled-without-parent-reading", CGROUPFS,
+        "(True, True, True)\n                if before is None",
+        "(False, False, False)\n                if before is None",
+        "a parent first read this pass proves its children did not stall",
+    )  # fmt: skip
+    # -- collector/engine.py: which cgroups are quiet --------------------------------------
+    yield m(
+        "engine/quiet-read-early-dropped", ENGINE,
+        "                group in self._read_early\n                and ",
+        "                ",
+        "a group read after its processes last pass proves them quiet",
+    )  # fmt: skip
+    yield m(
+        "engine/quiet-usage-none-dropped", ENGINE,
+        "\n                and now.usage_ns is not None",
+        "",
+        "a group without usage (None == None) is quiet forever",
+    )  # fmt: skip
+    yield m(
+        "engine/quiet-usage-dropped", ENGINE,
+        "\n                and last.usage_ns == now.usage_ns",
+        "",
+        "a group whose usage moved is taken as quiet",
+    )  # fmt: skip
+    yield m(
+        "engine/quiet-identity-dropped", ENGINE,
+        "\n                and last.identity == now.identity",
+        "",
+        "a cgroup made anew whose usage equals the old one's is taken as quiet",
+    )  # fmt: skip
+    yield m(
+        "engine/holds-forced-true", ENGINE,
+        "    if path is None:\n        return False\n    where = ",
+        "    return True\n    where = ",
+        "a process of a quiet group's name, in another cgroup of the hierarchy, is carried",
+    )  # fmt: skip
+    yield m(
+        "engine/holds-unplaced-true", ENGINE,
+        "    if path is None:\n        return False\n    where = ",
+        "    if path is None:\n        return True\n    where = ",
+        "a process whose path cannot be placed in the usage's hierarchy is carried",
+    )  # fmt: skip
+    yield m(
+        "engine/holds-prefix-without-slash", ENGINE,
+        'where.startswith(directory + b"/")',
+        "where.startswith(directory)",
+        "a sibling cgroup whose name extends the quiet one's (`pod-a` and `pod-ab`) is held by it",
+    )  # fmt: skip
+    # -- collector/tracker.py: the process guard -------------------------------------------
+    yield m(
+        "tracker/pid-reuse-check-dropped", TRACKER,
+        "same_process = old is not None and old.start_ticks == reading.start_ticks",
+        "same_process = old is not None",
+        "a new process under a reused PID is subtracted from the old one's counters",
+    )  # fmt: skip
+    yield m(
+        "tracker/fell-instant-dropped", TRACKER,
+        "new.at_ns < since_ns\n        or ",
+        "",
+        "a reading older than the cached one's instant gives a negative observed time",
+    )  # fmt: skip
+    yield m(
+        "tracker/fell-utime-dropped", TRACKER,
+        "\n        or new.utime_ticks < old.utime_ticks",
+        "",
+        "a utime that fell gives a negative user time",
+    )  # fmt: skip
+    yield m(
+        "tracker/fell-stime-dropped", TRACKER,
+        "\n        or new.stime_ticks < old.stime_ticks",
+        "",
+        "a stime that fell gives a negative system time",
+    )  # fmt: skip
+    yield m(
+        "tracker/fell-faults-dropped", TRACKER,
+        "\n        or new.major_faults < old.major_faults",
+        "",
+        "major faults that fell give a negative count",
+    )  # fmt: skip
+    yield m(
+        "tracker/thread-reuse-check-dropped", TRACKER,
+        "if old is not None and old[1] == start:",
+        "if old is not None:",
+        "a new thread under a reused TID is subtracted from the old one's counters",
+    )  # fmt: skip
+    for field, clause in (
+        ("on_cpu", "cpu < old_cpu"),
+        ("delay", "wait < old_wait"),
+        ("voluntary", "vol < old_vol"),
+        ("nonvoluntary", "nonvol < old_nonvol"),
+        ("read", "read < old_read"),
+        ("write", "write < old_write"),
+    ):
+        first = field == "on_cpu"
+        yield m(
+            f"tracker/thread-fell-{field}-dropped", TRACKER,
+            f"{clause}\n                    or " if first else f"\n                    or {clause}",
+            "",
+            f"a thread whose {field} counter fell gives a negative delta",
+        )  # fmt: skip
+    yield m(
+        "tracker/birth-lower-bound-inclusive", TRACKER,
+        "return previous < start_ns <= at_ns",
+        "return previous <= start_ns <= at_ns",
+        "a process started at the very instant the last pass listed counts as born",
+    )  # fmt: skip
+    yield m(
+        "tracker/birth-upper-bound-strict", TRACKER,
+        "return previous < start_ns <= at_ns",
+        "return previous < start_ns < at_ns",
+        "a process read at the tick it started is refused instead of born",
+    )  # fmt: skip
+    yield m(
+        "tracker/birth-upper-bound-dropped", TRACKER,
+        "return previous < start_ns <= at_ns",
+        "return previous < start_ns",
+        "a start time later than the reading's instant (observed < 0) counts as a birth",
+    )  # fmt: skip
+    yield m(
+        "tracker/birth-lower-bound-dropped", TRACKER,
+        "return previous < start_ns <= at_ns",
+        "return start_ns <= at_ns",
+        "every first sighting counts as born: its whole past counted in one interval",
+    )  # fmt: skip
+    yield m(
+        "tracker/carried-identity-dropped", TRACKER,
+        "if reading is not old:",
+        "if False:",
+        "a carried reading that is not the cached one is summed as a zero delta, not guarded",
+    )  # fmt: skip
+    yield m(
+        "tracker/carried-instant-check-dropped", TRACKER,
+        "if at_ns < since_ns:",
+        "if False:",
+        "a carry at an instant before the last one gives a negative observed time",
+    )  # fmt: skip
+    yield m(
+        "tracker/carried-instant-ignored", TRACKER,
+        "since_ns = carried_before.get(reading.pid, old.at_ns)",
+        "since_ns = old.at_ns",
+        "a process read after being carried counts the carried span twice",
+    )  # fmt: skip
+    # -- collector/cgroupguard.py: the cgroup guard ----------------------------------------
+    yield m(
+        "cgroupguard/identity-check-dropped", CGROUPGUARD,
+        "if old.identity != new.identity:",
+        "if False:",
+        "a cgroup made anew is subtracted from the old one's counters",
+    )  # fmt: skip
+    yield m(
+        "cgroupguard/fell-check-dropped", CGROUPGUARD,
+        "    if new < old:\n        raise _Fell\n",
+        "",
+        "a counter that fell gives a negative delta instead of dropping the group's",
+    )  # fmt: skip
+    yield m(
+        "cgroupguard/bandwidth-inode-dropped", CGROUPGUARD,
+        "if last is None or last.inode != entry.inode:",
+        "if last is None:",
+        "a child cgroup made anew under the same path is subtracted from the old one",
+    )  # fmt: skip
+
+
+MUTANTS: tuple[Mutant, ...] = tuple(_mutants())
+
+
+# -- checking and applying ------------------------------------------------------------------
+
+
+def problems_in(mutants: tuple[Mutant, ...], root: Path) -> list[str]:
+    """One line per mutant whose original snippet is not exactly once in its file, or
+    whose edit does not compile (it would be killed by a SyntaxError, proving nothing)."""
+    problems = []
+    for mutant in mutants:
+        path = root / mutant.path
+        text = path.read_text() if path.is_file() else ""
+        count = text.count(mutant.original)
+        if count != 1:
+            problems.append(f"{mutant.name}: snippet found {count} times in {mutant.path}")
+            continue
+        try:
+            compile(text.replace(mutant.original, mutant.replacement), mutant.path, "exec")
+        except SyntaxError as error:
+            problems.append(f"{mutant.name}: the mutated file does not compile: {error}")
+    return problems
+
+
+def copy_repository(root: Path, target: Path) -> None:
+    """The tracked and untracked, non-ignored files of `root`, as they are now."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    for name in sorted(set(listed.decode().split("\0")) - {""}):
+        source = root / name
+        if not source.is_file() and not source.is_symlink():
+            continue  # deleted in the work tree
+        destination = target / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, destination, follow_symlinks=False)
+
+
+# -- running --------------------------------------------------------------------------------
+
+ALONE_RUNS = 3
+"""How many times a failing test is run alone, looking for a pass that shows it flaky."""
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant | None  # None: the unmutated copy
+    killed: bool
+    seconds: float
+    killer: str = ""  # the first failing test id (or what stopped the run)
+    flaky: tuple[str, ...] = ()  # tests that failed in a run, passed alone, and were set aside
+
+    @property
+    def test_file(self) -> str:
+        return self.killer.split("::")[0] if "::" in self.killer else ""
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def python() -> str:
+    """The project's venv python, where it is (else the one running this)."""
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def pytest_configure(config: object) -> None:
+    """A pytest hook, for the test runs only (`-p tests.mutation`): Hypothesis stops at
+    its first failing example, unshrunk. A killed mutant needs no minimal example, and
+    shrinking one took minutes, run after run."""
+    from hypothesis import Phase, settings
+
+    settings.register_profile("mutation", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+    settings.load_profile("mutation")
+
+
+def run_tests(
+    copy: Path, tests: list[str], timeout: float, deselect: tuple[str, ...] = ()
+) -> tuple[bool, str]:
+    """(whether every test passed, the first failing test id or what went wrong)."""
+    shutil.rmtree(copy / ".hypothesis", ignore_errors=True)  # no example replayed across runs
+    command = [
+        python(), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tests.mutation",
+        "--hypothesis-seed=0", *tests, *(f"--deselect={test}" for test in deselect),
+    ]  # fmt: skip
+    environment = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    with subprocess.Popen(
+        command, cwd=copy, env=environment, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    ) as process:  # fmt: skip
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return False, f"timeout after {timeout:.0f}s"
+    if process.returncode == 0:
+        return True, ""
+    (copy / "last-failure.txt").write_text(output)
+    failed = _FAILED.search(output)
+    if failed:
+        return False, failed.group(1)
+    last = output.strip().splitlines()[-1:] or [""]
+    return False, f"exit status {process.returncode}: {last[0][:100]}"
+
+
+def kernel_tests(copy: Path, tests: list[str]) -> set[str]:
+    """The ids of the tests marked `kernel`: real processes in real cgroups, whose
+    timing the other worker's load (or anyone's) can upset."""
+    listed = subprocess.run(
+        [python(), "-m", "pytest", "--collect-only", "-q", "-m", "kernel",
+         "-p", "no:cacheprovider", *tests],
+        cwd=copy, env=dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1"),
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return {line.strip() for line in listed.splitlines() if "::" in line}
+
+
+def judge(mutant: Mutant | None, copy: Path, tests: list[str], timeout: float) -> Outcome:
+    """Run the tests on the copy as it is. A failing test is run again alone (up to
+    `ALONE_RUNS` times): if it then passes, the failure was the test's, not the code's
+    (some kernel tests depend on timing, more so beside the other worker's load), and
+    the run is repeated without it."""
+    began = time.monotonic()
+    flaky: tuple[str, ...] = ()
+    while True:
+        passed, killer = run_tests(copy, tests, timeout, flaky)
+        if passed or "::" not in killer or killer in flaky:
+            break
+        if not any(run_tests(copy, [killer], timeout)[0] for _ in range(ALONE_RUNS)):
+            break
+        flaky += (killer,)
+    return Outcome(mutant, not passed, time.monotonic() - began, killer, flaky)
+
+
+def try_mutant(mutant: Mutant, copy: Path, tests: list[str], timeout: float) -> Outcome:
+    path = copy / mutant.path
+    original = path.read_text()
+    path.write_text(original.replace(mutant.original, mutant.replacement, 1))
+    try:
+        return judge(mutant, copy, tests, timeout)
+    finally:
+        path.write_text(original)
+
+
+def run(mutants: tuple[Mutant, ...], jobs: int, timeout: float | None) -> int:
+    began = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="procdelta-mutation-"))
+    workers = [scratch / f"worker-{worker}" for worker in range(jobs)]
+    for copy in workers:
+        copy_repository(ROOT, copy)
+    first = workers[0]
+    problems = problems_in(mutants, first)
+    if problems:
+        print("stale mutants (the code changed under the catalogue):", *problems, sep="\n  ")
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 2
+    tests = [t for t in TEST_FILES if (first / t).is_file()]
+    missing = [t for t in TEST_FILES if t not in tests]
+    print(f"copied {ROOT} to {scratch} ({jobs} workers)")
+    print(f"tests: {' '.join(Path(t).name for t in tests)}")
+    if missing:
+        print(f"missing, skipped: {' '.join(missing)}")
+    copies: queue.Queue[Path] = queue.Queue()  # the copies not in use
+    for copy in workers:
+        copies.put(copy)
+
+    with ThreadPoolExecutor(jobs) as pool:
+        baselines = list(pool.map(lambda copy: judge(None, copy, tests, timeout or 600), workers))
+        for copy, outcome in zip(workers, baselines, strict=True):
+            if outcome.killed:
+                print(f"the unmutated tests fail ({outcome.killer}): no mutant was run")
+                print(f"their output: {copy / 'last-failure.txt'}")
+                return 3
+        slowest = max(outcome.seconds for outcome in baselines)
+        limit = timeout or max(120.0, 3 * slowest)
+        print(f"unmutated: passed in {slowest:.0f}s; timeout per mutant {limit:.0f}s")
+        for test in sorted({test for outcome in baselines for test in outcome.flaky}):
+            print(f"  flaky on the unmutated code (failed, then passed alone): {test}")
+        print()
+
+        def one(mutant: Mutant) -> Outcome:
+            copy = copies.get()
+            try:
+                outcome = try_mutant(mutant, copy, tests, limit)
+            finally:
+                copies.put(copy)
+            print(line(outcome), flush=True)
+            return outcome
+
+        outcomes = list(pool.map(one, mutants))
+    timing = kernel_tests(first, tests)
+    shutil.rmtree(scratch, ignore_errors=True)
+    report(outcomes, baselines, timing, time.monotonic() - began)
+    return 0
+
+
+def line(outcome: Outcome) -> str:
+    assert outcome.mutant is not None
+    verdict = "killed  " if outcome.killed else "SURVIVED"
+    aside = f"  (set aside as flaky: {', '.join(outcome.flaky)})" if outcome.flaky else ""
+    return f"{verdict} {outcome.mutant.name:<45} {outcome.seconds:5.0f}s  {outcome.killer}{aside}"
+
+
+def report(
+    outcomes: list[Outcome], baselines: list[Outcome], timing: set[str], seconds: float
+) -> None:
+    killed = [o for o in outcomes if o.killed]
+    survived = [o for o in outcomes if not o.killed]
+    print(f"\n{len(outcomes)} mutants: {len(killed)} killed, {len(survived)} survived")
+    by_file: dict[str, int] = {}
+    for outcome in killed:
+        name = outcome.test_file or outcome.killer
+        by_file[name] = by_file.get(name, 0) + 1
+    for name, count in sorted(by_file.items(), key=lambda item: -item[1]):
+        print(f"  {count:3} killed by {name}")
+    flaky: dict[str, int] = {}
+    for outcome in outcomes + baselines:
+        for test in outcome.flaky:
+            flaky[test] = flaky.get(test, 0) + 1
+    for test, count in sorted(flaky.items()):
+        print(f"  flaky: {test} failed, then passed alone, in {count} runs")
+    doubtful = [o for o in killed if o.killer in flaky or o.killer in timing]
+    if doubtful:
+        print("\nkilled only by a test on the real kernel, or one flaky in this run: a load")
+        print("can fail those; check each with --only NAME --jobs 1 on a quiet machine:")
+        for outcome in doubtful:
+            assert outcome.mutant is not None
+            print(f"  {outcome.mutant.name}: {outcome.killer}")
+    if survived:
+        print("\nsurvivors:")
+        for outcome in survived:
+            assert outcome.mutant is not None
+            print(f"  {outcome.mutant.name} ({outcome.mutant.path})")
+            print(f"      {outcome.mutant.why}")
+    print(f"\ntime taken: {seconds / 60:.1f} min")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.mutation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="these mutants (shell patterns)")
+    parser.add_argument("--jobs", type=int, default=2, help="workers, each with its copy (2)")
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (3x the unmutated run)")
+    args = parser.parse_args(argv)
+    mutants = MUTANTS
+    if args.only:
+        mutants = tuple(m for m in MUTANTS if any(fnmatch.fnmatch(m.name, p) for p in args.only))
+        if not mutants:
+            parser.error(f"no mutant matches {' '.join(args.only)}")
+    problems = problems_in(MUTANTS, ROOT)
+    if args.list:
+        for mutant in mutants:
+            print(f"{mutant.name:<45} {mutant.path}\n    {mutant.why}")
+        print(f"{len(mutants)} mutants")
+    if problems:
+        print("stale mutants (the code changed under the catalogue):", *problems, sep="\n  ")
+        return 2
+    if args.list:
+        return 0
+    return run(mutants, max(1, args.jobs), args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
