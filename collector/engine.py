@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -15,7 +14,7 @@ from types import MappingProxyType
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
 from collector.cgroupguard import CgroupAdvance, CgroupTracker
-from collector.groups import CgroupDirs, Group, Grouper, host_path_in
+from collector.groups import CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
@@ -252,7 +251,7 @@ class Engine:
                 try:
                     usage = quiet.get(grouper.group_of(cgroup_text))
                     answer = usage is not None and _holds(
-                        usage[1], host_path_in(cgroup_text, usage[0], grouper.namespace)
+                        usage[1], grouper.path_in(cgroup_text, usage[0])
                     )
                 except Malformed:
                     answer = False
@@ -278,12 +277,11 @@ class Engine:
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
 
 
-def _holds(directory: bytes, path: str | None) -> bool:
+def _holds(directory: bytes, path: bytes | None) -> bool:
     """Whether a cgroup directory (its path from the hierarchy's root) is `path` or above it."""
     if path is None:
         return False
-    where = os.fsencode(path)
-    return where == directory or where.startswith(directory + b"/")
+    return path == directory or path.startswith(directory + b"/")
 
 
 def _locations(dirs: CgroupDirs) -> list[Location]:

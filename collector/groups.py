@@ -359,6 +359,7 @@ class Grouper:
         self.namespace = namespace  # how the paths this process reads become the host's
         # by the bytes of a cgroup file: its group and its own cgroup's directories
         self._groups: dict[bytes, tuple[Group | None, CgroupDirs]] = {}
+        self._paths: dict[tuple[bytes, str], bytes | None] = {}  # `path_in`, remembered
         self._qos: dict[str, str] = {}  # by pod UID, from the pod's cgroup directory
 
     def refresh(self) -> None:
@@ -394,6 +395,21 @@ class Grouper:
             return self._groups[cgroup_text][1]
         except KeyError:
             return self._classify(cgroup_text)[1]
+
+    def path_in(self, cgroup_text: bytes, hierarchy: str) -> bytes | None:
+        """The host path of a process in one hierarchy (`host_path_in`), as bytes,
+        remembered per cgroup file: asked for each quiet group's processes every pass.
+        Raises Malformed on bad text."""
+        key = (cgroup_text, hierarchy)
+        try:
+            return self._paths[key]
+        except KeyError:
+            pass
+        if len(self._paths) > 65536:
+            self._paths.clear()
+        path = host_path_in(cgroup_text, hierarchy, self.namespace)
+        found = self._paths[key] = None if path is None else os.fsencode(path)
+        return found
 
     def _classify(self, cgroup_text: bytes) -> tuple[Group | None, CgroupDirs]:
         """Classify once per distinct cgroup file (processes of a group share its bytes)."""

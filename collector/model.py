@@ -159,7 +159,7 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
 COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
 """Every field but `processes`: the ones accumulated as `_total` counters."""
 
-WHOLE_READ_PASSES = 8
+WHOLE_READ_PASSES = 16
 """K, the bound of every shortcut that reads less: each process, with all its threads
 (collector/reading.py), and each group's cgroup directory, with all its files
 (collector/cgroupfs.py), is read whole at least once every this many passes, staggered

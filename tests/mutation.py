@@ -69,6 +69,7 @@ TEST_FILES = (
     "tests/test_cgroupfs.py",
     "tests/test_quiet_cgroups.py",
     "tests/test_bound.py",
+    "tests/test_guards.py",
     "tests/test_exposition.py",
     "tests/test_golden.py",
     "tests/test_cgroup_golden.py",
@@ -362,20 +363,20 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "engine/holds-forced-true", ENGINE,
-        "    if path is None:\n        return False\n    where = ",
-        "    return True\n    where = ",
+        "    if path is None:\n        return False\n    return path == ",
+        "    return True\n    return path == ",
         "a process of a quiet group's name, in another cgroup of the hierarchy, is carried",
     )  # fmt: skip
     yield m(
         "engine/holds-unplaced-true", ENGINE,
-        "    if path is None:\n        return False\n    where = ",
-        "    if path is None:\n        return True\n    where = ",
+        "    if path is None:\n        return False\n    return path == ",
+        "    if path is None:\n        return True\n    return path == ",
         "a process whose path cannot be placed in the usage's hierarchy is carried",
     )  # fmt: skip
     yield m(
         "engine/holds-prefix-without-slash", ENGINE,
-        'where.startswith(directory + b"/")',
-        "where.startswith(directory)",
+        'path.startswith(directory + b"/")',
+        "path.startswith(directory)",
         "a sibling cgroup whose name extends the quiet one's (`pod-a` and `pod-ab`) is held by it",
     )  # fmt: skip
     # -- collector/tracker.py: the process guard -------------------------------------------
