@@ -27,6 +27,7 @@ from typing import Protocol
 
 from collector.model import CgroupLine, Malformed
 from collector.parse import parse_cgroup
+from collector.procfs import read_or_none
 
 
 class Hierarchies(Protocol):
@@ -100,14 +101,6 @@ HOST = CgroupNamespace()
 """The host's own cgroup namespace: paths are read as they are."""
 
 
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError:
-        return None
-
-
 def _namespace_inode(path: str) -> int | None:
     try:
         return os.stat(path).st_ino
@@ -147,7 +140,7 @@ def find_cgroup_of(root: bytes, pid: int) -> str | None:
     """The path, from a hierarchy's root, of the cgroup whose `cgroup.procs` lists `pid`."""
     wanted = str(pid).encode()
     for path in _walk(root):
-        procs = _read(os.fsdecode(root + path + b"/cgroup.procs"))
+        procs = read_or_none(os.fsdecode(root + path + b"/cgroup.procs"))
         if procs is not None and wanted in procs.split():
             return os.fsdecode(path) or "/"
     return None
@@ -187,7 +180,7 @@ def locate(
     the reader runs, and each hierarchy whose root it could not find."""
     if shares_hosts_namespace(procfs, own_namespace):
         return HOST
-    text = _read(own_cgroup)
+    text = read_or_none(own_cgroup)
     try:
         lines = parse_cgroup(text or b"")
     except Malformed:

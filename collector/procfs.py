@@ -19,6 +19,16 @@ _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _open, _os_read, _close = os.open, os.read, os.close
 
 
+def read_or_none(path: str) -> bytes | None:
+    """A small file read whole at start-up (a probe of what the node provides), or None
+    where it cannot be read, whatever the reason."""
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
 def _translate(error: OSError) -> ProcError:
     if error.errno in _GONE:
         return ProcessGone(str(error))

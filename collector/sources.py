@@ -11,19 +11,12 @@ import logging
 import os
 
 from collector.cgroupfs import Hierarchies
+from collector.procfs import read_or_none
 
 log = logging.getLogger("procdelta")
 
 _THROTTLING = "cpu_periods, cpu_throttled_periods, cpu_throttled_nanos"
 _PRESSURE = "the six *_pressure_* fields"
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError:
-        return None
 
 
 def probe_procfs(procfs: str) -> dict[str, bool]:
@@ -33,8 +26,8 @@ def probe_procfs(procfs: str) -> dict[str, bool]:
     CONFIG_SCHEDSTATS and delay accounting off); this thread has run, so its on-CPU time
     is not 0 where the kernel counts it.
     """
-    schedstat = _read(os.path.join(procfs, "thread-self", "schedstat"))
-    io = _read(os.path.join(procfs, "thread-self", "io"))
+    schedstat = read_or_none(os.path.join(procfs, "thread-self", "schedstat"))
+    io = read_or_none(os.path.join(procfs, "thread-self", "io"))
     return {
         "schedstat": bool(schedstat and schedstat.split()[:1] != [b"0"]),
         "thread_io": bool(io and b"read_bytes" in io),
