@@ -476,6 +476,23 @@ def remove_pod_cgroup(relative: str, timeout: float = 10) -> list[str]:
     return left
 
 
+def runtime_parents() -> list[str]:
+    """podman's default cgroup parent (`libpod_parent`, cgroupfs manager) in each
+    hierarchy where it exists now: its builds and runs without `--cgroup-parent` make it."""
+    return [
+        path
+        for root in sorted(set(hierarchies().values()))
+        if os.path.isdir(path := os.path.join(root, "libpod_parent"))
+    ]
+
+
+def remove_empty_tree(directory: str) -> None:
+    """Remove a cgroup and every cgroup below it, bottom-up, where they hold no process."""
+    for below, _, _ in sorted(os.walk(directory), key=lambda w: -w[0].count("/")):
+        with contextlib.suppress(OSError):
+            os.rmdir(below)
+
+
 def procs_below(directory: str) -> set[int]:
     """The processes in a cgroup and in every cgroup below it."""
     found: set[int] = set()

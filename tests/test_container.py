@@ -49,7 +49,9 @@ from tests.containers import (
     procs_below,
     qos_class,
     quantity,
+    remove_empty_tree,
     remove_pod_cgroup,
+    runtime_parents,
     ulimits,
 )
 from tests.net import free_port, http_get, wait_until
@@ -186,6 +188,7 @@ def image(report):
     """The Dockerfile built once for the session, on the stand-in base; its tag removed at
     the end (the base is kept for the next run)."""
     started = time.monotonic()
+    parents_before = set(runtime_parents())
     base_existed = podman("image", "exists", BASE_IMAGE, check=False).returncode == 0
     base = ensure_base_image()
     made = time.monotonic()
@@ -204,6 +207,8 @@ def image(report):
         yield tag
     finally:
         podman("rmi", "--force", tag, check=False)
+        for parent in set(runtime_parents()) - parents_before:  # the builds' and runs' cgroups
+            remove_empty_tree(parent)
 
 
 @pytest.mark.container
