@@ -167,18 +167,15 @@ def group_families(shapes: Shapes) -> tuple[GroupFamily, ...]:
     """The per-group families of docs/reference.md §5 (and §7), in the page's order."""
     families: list[GroupFamily] = []
     if shapes.interval_gauges:
-        interval = "{}; the last completed interval."
-        families += [
-            GroupFamily(f"procdelta_interval_{n}", "gauge", interval.format(_FIELD_HELP[n]),
-                        "intervals", n)
-            for n in FIELD_NAMES
-        ]  # fmt: skip
+        sources = [("intervals", FIELD_NAMES)]
         if shapes.cgroup:
-            families += [
-                GroupFamily(f"procdelta_interval_{n}", "gauge", interval.format(_FIELD_HELP[n]),
-                            "cgroup_intervals", n)
-                for n in CGROUP_FIELD_NAMES
-            ]  # fmt: skip
+            sources.append(("cgroup_intervals", CGROUP_FIELD_NAMES))
+        families += [
+            GroupFamily(f"procdelta_interval_{n}", "gauge",
+                        f"{_FIELD_HELP[n]}; the last completed interval.", source, n)
+            for source, names in sources
+            for n in names
+        ]  # fmt: skip
     if shapes.totals:
         names = COUNTER_FIELD_NAMES + (CGROUP_FIELD_NAMES if shapes.cgroup else ())
         families += [

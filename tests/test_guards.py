@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from collector.cgroupfs import CgroupFS
 from tests.cgroupfixture import psi, v1_stat, v2_stat
 from tests.fixturetree import PASS1
@@ -58,33 +60,23 @@ def test_a_quiet_process_one_of_whose_threads_exited(tmp_path):
     _three_passes_then(root, lambda: shutil.rmtree(root / "200/task/201"))
 
 
-# mutant reading/cgroup-carry-confirmed-dropped
-def test_moved_between_its_first_two_sightings(tmp_path):
+# mutants reading/cgroup-carry-confirmed-dropped, reading/cgroup-confirmed-without-equality
+@pytest.mark.parametrize(
+    "moves",
+    [{2: POD_A}, {2: POD_A, 3: POD_B}],
+    ids=["between its first two sightings", "at its second and third sightings"],
+)
+def test_a_process_moved_early_in_its_life(tmp_path, moves):
+    """A new process moved into its container's cgroup just after it starts (and once
+    more): its cgroup file is read until it reads the same twice running."""
     moved = Proc(9, hybrid(f"{POD_B}/{CID}"))
     node = HybridNode(tmp_path, [moved, Proc(12, hybrid(f"{POD_A}/{CID}"))], [POD_A, POD_B])
     n = [0]
 
     def each():
         n[0] += 1
-        if n[0] == 2:
-            moved.cgroup = hybrid(f"{POD_A}/{CID}")
-
-    for ours, theirs, _, _ in passes(node, 4, each):
-        same_intervals(ours, theirs)
-
-
-# mutant reading/cgroup-confirmed-without-equality
-def test_moved_at_its_second_and_third_sightings(tmp_path):
-    moved = Proc(9, hybrid(f"{POD_B}/{CID}"))
-    node = HybridNode(tmp_path, [moved, Proc(12, hybrid(f"{POD_A}/{CID}"))], [POD_A, POD_B])
-    n = [0]
-
-    def each():
-        n[0] += 1
-        if n[0] == 2:
-            moved.cgroup = hybrid(f"{POD_A}/{CID}")
-        if n[0] == 3:
-            moved.cgroup = hybrid(f"{POD_B}/{CID}")
+        if n[0] in moves:
+            moved.cgroup = hybrid(f"{moves[n[0]]}/{CID}")
 
     for ours, theirs, _, _ in passes(node, 5, each):
         same_intervals(ours, theirs)
