@@ -195,8 +195,16 @@ class Reader:
       of every shortcut above (K = `WHOLE_READ_PASSES` passes).
     """
 
-    def __init__(self, procfs: ProcFS, clock: Clock = boottime_ns, page_size: int | None = None):
+    def __init__(
+        self,
+        procfs: ProcFS,
+        clock: Clock = boottime_ns,
+        page_size: int | None = None,
+        whole_read_passes: int | None = WHOLE_READ_PASSES,
+    ):
         self.procfs = procfs
+        # K; None only to measure what the bound costs (the bench), never to run
+        self.whole_read_passes = whole_read_passes
         self.clock = clock
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._previous: dict[int, _Seen] = {}
@@ -234,7 +242,7 @@ class Reader:
             for pid, ino in listed:
                 previous = previous_pass.get(pid)
                 if (
-                    whole_read_due(pid, passes)
+                    self._whole(pid, passes)
                     or not known_since(previous, ino, pid in confirmed_before)
                     or not in_quiet_cgroup(previous, quiet)
                 ):
@@ -254,6 +262,10 @@ class Reader:
             return readings
         return replace(readings, carried=tuple(carried), carried_at_ns=at_ns)
 
+    def _whole(self, pid: int, passes: int) -> bool:
+        every = self.whole_read_passes
+        return every is not None and whole_read_due(pid, passes, every)
+
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
         return self._read_process(pid, 0, None, False)[0].reading
@@ -265,7 +277,7 @@ class Reader:
         (read the same twice running, or carried since). `previous`: what the last pass
         saw of this PID. (A process of a quiet cgroup was carried by
         `read_pass` before this.)"""
-        whole = whole_read_due(pid, self._passes)
+        whole = self._whole(pid, self._passes)
         known = known_since(previous, ino, confirmed)
         probe = _NO_PROBE
         # Not after a read with no probe: that read took `stat` before its threads'

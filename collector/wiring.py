@@ -15,6 +15,7 @@ from collector.cgroupfs import CgroupFS, detect
 from collector.engine import Engine
 from collector.exposition import Shapes
 from collector.groups import Grouper, PodNames
+from collector.model import WHOLE_READ_PASSES
 from collector.plainread import boottime_ns
 from collector.procfs import ProcFS
 from collector.reading import Reader
@@ -36,6 +37,8 @@ class Options:
     interval_gauges: bool = True  # export procdelta_interval_<field>
     totals: bool = True  # export procdelta_<field>_total
     skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
+    # K (collector/model.py); None, no whole reads, only to measure what the bound costs
+    whole_read_passes: int | None = WHOLE_READ_PASSES
 
     @property
     def shapes(self) -> Shapes:
@@ -49,10 +52,15 @@ def build_engine(
     CgroupFS beside them unless the cgroup fields are off. Where this process runs in a
     cgroup namespace of its own, the Grouper reads paths through where its root sits on
     the host (collector/cgroupns.py), found here, once."""
-    reader = Reader(ProcFS(options.procfs), clock=clock)
+    every = options.whole_read_passes
+    reader = Reader(ProcFS(options.procfs), clock=clock, whole_read_passes=every)
     tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
     names = PodNames(options.pod_logs, options.container_logs)
-    cgroupfs = CgroupFS(options.cgroupfs, pressure=options.pressure) if options.cgroup else None
+    cgroupfs = (
+        CgroupFS(options.cgroupfs, pressure=options.pressure, whole_read_passes=every)
+        if options.cgroup
+        else None
+    )
     hierarchies = cgroupfs.hierarchies if cgroupfs is not None else detect(options.cgroupfs)
     grouper = Grouper(
         names,

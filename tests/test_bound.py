@@ -131,9 +131,12 @@ class HybridNode:
                     with open(directory / name, "w") as out:
                         out.write(text)
 
-    def engine(self, fast: bool) -> Engine:
+    def engine(self, fast: bool, every: int | None = K) -> Engine:
         procfs = ProcFS(str(self.proc))
-        reader = (Reader if fast else PlainReader)(procfs, clock=ScriptedClock(), page_size=4096)
+        if fast:
+            reader = Reader(procfs, ScriptedClock(), page_size=4096, whole_read_passes=every)
+        else:
+            reader = PlainReader(procfs, clock=ScriptedClock(), page_size=4096)
         return Engine(
             reader,
             Tracker(hz=100),
@@ -141,7 +144,7 @@ class HybridNode:
             Totals(),
             wall_clock=lambda: 1_700_000_000.0,
             timer=lambda: 0.0,
-            cgroupfs=CgroupFS(str(self.cgroup)),
+            cgroupfs=CgroupFS(str(self.cgroup), whole_read_passes=every),
             skip_quiet=fast,
         )
 
@@ -166,10 +169,12 @@ def same_intervals(ours: PassResult, theirs: PassResult) -> None:
         ), group
 
 
-def passes(node: HybridNode, count: int, each: Callable[[], None] = lambda: None):
-    """`count` passes of a fast and a plain engine over the node, `each` run before each
-    pass; yields their results."""
-    fast, plain = node.engine(True), node.engine(False)
+def passes(
+    node: HybridNode, count: int, each: Callable[[], None] = lambda: None, every: int | None = K
+):
+    """`count` passes of a fast and a plain engine (its bound `every`) over the node, `each`
+    run before each pass; yields their results."""
+    fast, plain = node.engine(True, every), node.engine(False)
     for _ in range(count):
         each()
         node.write()
@@ -179,35 +184,55 @@ def passes(node: HybridNode, count: int, each: Callable[[], None] = lambda: None
 # -- a process moved out of a quiet cgroup: counted within K passes --------------------
 
 
-def test_a_process_moved_out_of_a_quiet_cgroup_is_counted_within_k_passes(tmp_path):
-    """Another process moves PID 9 from idle pod A into pod B, where it runs every pass.
-    Pod A's usage stands still, so 9 is carried unread as A's (its `cgroup` file is one of
-    the files it does not read) until it is read whole — at most K passes — and then every
-    ms it ran since is counted, in pod B: late, not lost. The plain reader counts it each
-    pass; the two totals are equal from that pass on."""
+def moved_process_behind(tmp_path: Path, every: int | None) -> list[bool]:
+    """Another process moves PID 9 from idle pod A into pod B at pass 5, where it runs every
+    pass from then on; whether the fast engine's totals are behind the plain one's, each
+    pass from the move."""
     moved = Proc(9, hybrid(f"{POD_A}/{CID}"))
     node = HybridNode(tmp_path, [moved, Proc(12, hybrid(f"{POD_B}/{CID}"))], [POD_A, POD_B])
-    assert (9 + 5) % K, "9 is not read whole at the move (pass 5)"
     step = {"n": 0}
 
     def each() -> None:
         step["n"] += 1
         node.processes[12].run()
         node.charge(POD_B)
-        if step["n"] >= 5:  # moved at pass 5, and runs from then on
+        if step["n"] >= 5:
             moved.cgroup = hybrid(f"{POD_B}/{CID}")
             moved.run()
             node.charge(POD_B)
 
-    behind = []
-    for n, (_, _, fast, plain) in enumerate(passes(node, 5 + K, each), start=1):
-        ours, theirs = on_cpu_totals(fast), on_cpu_totals(plain)
-        if n >= 5:
-            behind.append(ours != theirs)
+    results = passes(node, 5 + K, each, every)
+    return [on_cpu_totals(fast) != on_cpu_totals(plain) for _, _, fast, plain in results][4:]
+
+
+def test_without_the_bound_a_moved_process_is_never_counted(tmp_path):
+    """The case above with no whole reads (`whole_read_passes=None`, which only the bench
+    runs, to weigh the bound): the process stays carried as the idle pod's, and its time in
+    pod B is missing pass after pass. The whole read is what catches it up."""
+    assert all(moved_process_behind(tmp_path, None))
+
+
+def test_the_engine_runs_with_the_bound(tmp_path):
+    """`build_engine` hands K to the reader and the cgroups alike, and by default the
+    module's `WHOLE_READ_PASSES`."""
+    options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+    engine = build_engine(options)
+    assert engine.reader.whole_read_passes == engine.cgroupfs.whole_read_passes == K
+    engine = build_engine(dataclasses.replace(options, whole_read_passes=7))
+    assert engine.reader.whole_read_passes == engine.cgroupfs.whole_read_passes == 7
+
+
+def test_a_process_moved_out_of_a_quiet_cgroup_is_counted_within_k_passes(tmp_path):
+    """Another process moves PID 9 from idle pod A into pod B, where it runs every pass.
+    Pod A's usage stands still, so 9 is carried unread as A's (its `cgroup` file is one of
+    the files it does not read) until it is read whole — at most K passes — and then every
+    ms it ran since is counted, in pod B: late, not lost. The plain reader counts it each
+    pass; the two totals are equal from that pass on."""
+    assert (9 + 5) % K, "9 is not read whole at the move (pass 5)"
+    behind = moved_process_behind(tmp_path, K)
     caught_up = behind.index(False)
     assert 1 <= caught_up <= K, behind  # it was carried (the shortcut), then read whole
     assert not any(behind[caught_up:]), behind  # and equal every pass since
-    assert ours == theirs
 
 
 def test_run_delay_grown_without_usage_is_counted_within_k_passes(tmp_path):
