@@ -159,11 +159,14 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
 COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
 """Every field but `processes`: the ones accumulated as `_total` counters."""
 
-WHOLE_READ_PASSES = 16
+WHOLE_READ_PASSES = 64
 """K, the bound of every shortcut that reads less: each process, with all its threads
 (collector/reading.py), and each group's cgroup directory, with all its files
 (collector/cgroupfs.py), is read whole at least once every this many passes, staggered
-so that each pass reads about 1/K of them whole."""
+so that each pass reads about 1/K of them whole. A whole read costs several times a
+shortcut's read of an idle process, so the bound costs about that over K: on the bench's
+tables (docs/bench.md, the `no-bound` rows) +0.08 of the floor at K = 16, +0.02 at 64.
+At the default `--interval 15`, 64 passes are 16 minutes."""
 
 
 def whole_read_due(key: int, passes: int, every: int = WHOLE_READ_PASSES) -> bool:

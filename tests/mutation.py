@@ -205,13 +205,13 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-carry", READING,
-        "whole_read_due(pid, passes)\n                    or not known_since",
+        "self._whole(pid, passes)\n                    or not known_since",
         "not known_since",
         "a process of a quiet cgroup is carried forever, even when due to be read whole",
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-read", READING,
-        "whole = whole_read_due(pid, self._passes)",
+        "whole = self._whole(pid, self._passes)",
         "whole = False",
         "a process read, not carried, still takes every shortcut when due to be read whole",
     )  # fmt: skip

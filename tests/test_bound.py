@@ -240,7 +240,7 @@ def test_run_delay_grown_without_usage_is_counted_within_k_passes(tmp_path):
     kernel adds its wait to its run delay, and neither its on-CPU time nor its cgroup's
     usage moves. Its cgroup is quiet, so the wait is read at its next whole read: late by
     at most K passes, then in the totals."""
-    waiting = Proc(9, hybrid(f"{POD_A}/{CID}"))
+    waiting = Proc(K - 7, hybrid(f"{POD_A}/{CID}"))  # read whole at pass 7
     node = HybridNode(tmp_path, [waiting], [POD_A])
 
     def each() -> None:
@@ -255,7 +255,7 @@ def test_run_delay_grown_without_usage_is_counted_within_k_passes(tmp_path):
         [sum(t.get("run_delay_nanos", 0) for t in pair[i].values()) for pair in delays]
         for i in (0, 1)
     )
-    assert not (9 + 7) % K  # read whole at pass 7
+    assert not (waiting.pid + 7) % K
     assert fast_delay[6] == plain_delay[6] == 5 * MS * 6  # caught up then
     assert fast_delay[5] < plain_delay[5] and fast_delay[-1] < plain_delay[-1]  # carried
     # the bound: no wait is missing for longer than K passes
@@ -332,8 +332,12 @@ def test_a_thread_picked_and_not_yet_charged_has_its_switches_read(tmp_path):
     assert [f.voluntary_switches for f in ours.intervals.values()] == [1]
 
 
+LATE = K - 7
+"""A PID read whole at pass 7."""
+
+
 class LateRun(ProcFS):
-    """A ProcFS over which PID 9 runs once right after its `stat` is read (one pass)."""
+    """A ProcFS over which PID `LATE` runs once right after its `stat` is read (one pass)."""
 
     def __init__(self, root: str, node: HybridNode):
         super().__init__(root)
@@ -341,23 +345,23 @@ class LateRun(ProcFS):
 
     def process_file(self, pid: int, name: str) -> bytes:
         data = super().process_file(pid, name)
-        if self.armed and pid == 9 and name == "stat":
+        if self.armed and pid == LATE and name == "stat":
             self.armed = False
-            self.node.processes[9].run()
+            self.node.processes[LATE].run()
             self.node.charge(POD_A)
             self.node.write()
         return data
 
 
 def test_a_process_that_ran_during_its_read_is_not_probed_the_pass_after(tmp_path):
-    """PID 9 runs between the read of its `stat` and of its thread's `schedstat`, in the
-    pass that reads it whole (pass 7): that reading has the new schedstat and the old user
+    """PID `LATE` runs between the read of its `stat` and of its thread's `schedstat`, in
+    the pass that reads it whole (pass 7): that reading has the new schedstat and the old user
     time. The next pass nothing moves: its thread is unchanged since that read, but its
     `stat` is behind it, so the probe that would carry it must not be tried (a read with
     no probe counts every thread as having run, `not previous.ran`); its `stat` is read
     and the tick counted at once, not at its next whole read."""
-    assert not (9 + 7) % K
-    node = HybridNode(tmp_path, [Proc(9, hybrid(f"{POD_A}/{CID}")), Proc(10, hybrid(POD_B))],
+    assert not (LATE + 7) % K
+    node = HybridNode(tmp_path, [Proc(LATE, hybrid(f"{POD_A}/{CID}")), Proc(10, hybrid(POD_B))],
                       [POD_A, POD_B])  # fmt: skip
     late = LateRun(str(node.proc), node)
     fast = Engine(

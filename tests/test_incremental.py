@@ -23,7 +23,7 @@ from collector.engine import Engine
 from collector.groups import Grouper, PodNames
 from collector.plainread import PlainReader
 from collector.procfs import ProcFS
-from collector.reading import WHOLE_READ_PASSES, Reader
+from collector.reading import Reader
 from collector.tracker import Tracker
 from tests.cgroups import Workload, cgroup
 from tests.fixturetree import PASS1, SEC
@@ -59,10 +59,15 @@ def comparable(readings) -> dict:
     return {r.pid: r._replace(at_ns=0) for r in readings}
 
 
+EVERY = 16
+"""The fast reader's bound here (K; collector/model.py's is larger): the fixture's PIDs are
+chosen so that whole reads fall on the passes the tests below look at."""
+
+
 def both(root: str):
     full = PlainReader(ProcFS(root), clock=lambda: 0, page_size=4096)
     fast_fs = CountingProcFS(root)
-    fast = Reader(fast_fs, clock=lambda: 0, page_size=4096)
+    fast = Reader(fast_fs, clock=lambda: 0, page_size=4096, whole_read_passes=EVERY)
     return full, fast, fast_fs
 
 
@@ -95,7 +100,7 @@ def test_fixture_tree_changed_in_place(tmp_path):
     # Nothing changed: only stat and schedstat are read again, but for the processes due
     # to be read whole this pass (every file of theirs, as at their first sighting).
     seen = step(1001 * SEC)
-    whole = {pid for pid in seen if not (pid + 2) % WHOLE_READ_PASSES}
+    whole = {pid for pid in seen if not (pid + 2) % EVERY}
     assert {k: n for k, n in fast_fs.by_pid.items() if k[0] in whole} == {
         k: n for k, n in first.items() if k[0] in whole
     }
@@ -113,7 +118,7 @@ def test_fixture_tree_changed_in_place(tmp_path):
     # as having run: the pass after reads the process's `stat` rather than probing it).
     fast_fs.stat_read.clear()
     seen = step(1002 * SEC)
-    due = {pid for pid in seen if not (pid + 3) % WHOLE_READ_PASSES}
+    due = {pid for pid in seen if not (pid + 3) % EVERY}
     assert fast_fs.stat_read & seen == due | whole
     assert len(seen - due - whole) >= 8
 
@@ -167,9 +172,9 @@ def test_fixture_tree_changed_in_place(tmp_path):
     # Both of 200's threads run, pass after pass (passes 7 to 12). From the second such
     # pass its own `io` is read before its threads; when it has not moved since the last
     # pass read it, no thread's `io` is read, and when it has, every thread that ran has
-    # its `io` read again. Pass 8 reads 200 whole ((200 + 8) % 8 == 0): every thread's
+    # its `io` read again. Pass 8 reads 200 whole ((200 + 8) % 16 == 0): every thread's
     # `io`, and not its own, so pass 9 has no total to compare with.
-    assert not (200 + 8) % WHOLE_READ_PASSES
+    assert not (200 + 8) % EVERY
     io_reads = []
     for n, (leader_io, total_io) in enumerate(
         [(None, None), (None, None), (None, None), ((16384, 8192), (24576, 1008192)),
@@ -233,13 +238,13 @@ def test_live_workload_frozen_between_reads(tmp_path):
                     read_now[name] += n
             if read_now["task/status"] < read_now["task/schedstat"]:
                 skipped_rounds += 1
-            status_whole_rounds += not (asleep.pid + round_ + 1) % WHOLE_READ_PASSES
+            status_whole_rounds += not (asleep.pid + round_ + 1) % EVERY
             pid = never_io.pid
             if fast_fs.by_pid[pid, "task/io"] < fast_fs.by_pid[pid, "task/status"]:
                 io_skipped_rounds += 1
             # read whole this round, or the round after one: its own `io` total was not
             # read, so its threads' `io` is (collector/reading.py `io_unmoved`)
-            io_whole_rounds += any(not (pid + round_ + k) % WHOLE_READ_PASSES for k in (0, 1))
+            io_whole_rounds += any(not (pid + round_ + k) % EVERY for k in (0, 1))
             if asleep.pid in ours_fast and asleep.pid not in fast_fs.stat_read:
                 stat_skipped_rounds += 1
             time.sleep(0.15)

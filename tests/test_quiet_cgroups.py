@@ -257,12 +257,12 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
 
 
 def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
-    """PID 12 is due to be read whole at pass 4 ((12 + 4) % 8 == 0), though its cgroup is
+    """A process due to be read whole at pass 4 ((pid + 4) % K == 0), though its cgroup is
     quiet: reclaim shrank its memory meanwhile. Every file of it is read, as the plain
     reader reads it, and its reading is the plain reader's."""
-    assert not (12 + 4) % WHOLE_READ_PASSES
+    pid = WHOLE_READ_PASSES - 4
     node = Node(tmp_path)
-    node.processes.append(process(12, f"{A}/{CID}"))
+    node.processes.append(process(pid, f"{A}/{CID}"))
     node.write()
     (fast, counting), (full, _) = (
         node.engine(True, ScriptedClock()),
@@ -276,7 +276,7 @@ def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
     counting.by_pid.clear()
     fast.run_pass()
     full.run_pass()
-    assert {name for (pid, name), n in counting.by_pid.items() if pid == 12 and n} == {
+    assert {name for (p, name), n in counting.by_pid.items() if p == pid and n} == {
         "stat",
         "cgroup",
         "task/schedstat",
@@ -284,7 +284,7 @@ def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
         "task/io",
     }
     assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
-    (twelve,) = [r for r in fast.reader.last.every_process if r.pid == 12]
-    assert twelve.rss_bytes == 40 * 4096
+    (whole,) = [r for r in fast.reader.last.every_process if r.pid == pid]
+    assert whole.rss_bytes == 40 * 4096
     # the other four (B does not run in this test) were carried
     assert fast.reader.last.carried_by_cgroup == 4
