@@ -851,8 +851,8 @@ def report(lines: list[str], rounds: int, pause: float, quick: bool) -> str:
         "# procdelta bench: the latest recorded run\n\n"
         f"Written by `{command} --output docs/bench.md` on "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}: Linux {uname.release}, "
-        f"{os.cpu_count()} CPUs, pid_max {int(_read(PID_MAX))}. The README's "
-        '"Performance" explains the tables; read the ratios (each round\'s pass over the '
+        f"{os.cpu_count()} CPUs, pid_max {int(_read(PID_MAX))}. [performance.md](performance.md) "
+        "explains the tables; read the ratios (each round's pass over the "
         "same round's floor), not the absolute times.\n\n```\n" + "\n".join(lines) + "\n```\n"
     )
 

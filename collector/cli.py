@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import click
+import cloup
 
 from collector import __version__
 from collector.engine import Engine, PassResult
@@ -36,84 +37,100 @@ def _option(flag: str, name: str, **kwargs):
 
 
 def shared_options(command: Callable) -> Callable:
-    """The options of docs/reference.md §6 that every command takes, folded into one `Options`."""
+    """The options of docs/reference.md §6 that every command takes, folded into one `Options`,
+    in the groups of docs/operating.md (their headings in `--help`)."""
 
-    @_option(
-        "--path.procfs",
-        "procfs",
-        default="/proc",
-        show_default=True,
-        help="Mount point of the proc filesystem to read.",
+    @cloup.option_group(
+        "Paths",
+        _option(
+            "--path.procfs",
+            "procfs",
+            default="/proc",
+            show_default=True,
+            help="Mount point of the proc filesystem to read.",
+        ),
+        _option(
+            "--path.cgroupfs",
+            "cgroupfs",
+            default="/sys/fs/cgroup",
+            show_default=True,
+            help="Mount point of the cgroup filesystem (the host's, in a container).",
+        ),
+        _option(
+            "--path.pod-logs",
+            "pod_logs",
+            default="/var/log/pods",
+            show_default=True,
+            help="kubelet's pod log directory: pod names by UID.",
+        ),
+        _option(
+            "--path.container-logs",
+            "container_logs",
+            default="/var/log/containers",
+            show_default=True,
+            help="kubelet's container log links: container names by ID.",
+        ),
     )
-    @_option(
-        "--path.pod-logs",
-        "pod_logs",
-        default="/var/log/pods",
-        show_default=True,
-        help="kubelet's pod log directory: pod names by UID.",
+    @cloup.option_group(
+        "Collectors",
+        _option(
+            "--collector.cgroup/--no-collector.cgroup",
+            "cgroup",
+            default=True,
+            show_default=True,
+            help="Read each group's own cgroup: its CPU (exited processes included), "
+            "throttling and pressure.",
+        ),
+        _option(
+            "--collector.cgroup.pressure/--no-collector.cgroup.pressure",
+            "pressure",
+            default=True,
+            show_default=True,
+            help="Read the cgroups' PSI files (cgroup v2), where the node has them.",
+        ),
     )
-    @_option(
-        "--path.container-logs",
-        "container_logs",
-        default="/var/log/containers",
-        show_default=True,
-        help="kubelet's container log links: container names by ID.",
+    @cloup.option_group(
+        "Export",
+        _option(
+            "--export.interval-gauges/--no-export.interval-gauges",
+            "interval_gauges",
+            default=True,
+            show_default=True,
+            help="Export procdelta_interval_<field>, the last interval as the node measured it.",
+        ),
+        _option(
+            "--export.totals/--no-export.totals",
+            "totals",
+            default=True,
+            show_default=True,
+            help="Export procdelta_<field>_total counters, for rate() and increase().",
+        ),
     )
-    @_option(
-        "--path.cgroupfs",
-        "cgroupfs",
-        default="/sys/fs/cgroup",
-        show_default=True,
-        help="Mount point of the cgroup filesystem (the host's, in a container).",
+    @cloup.option_group(
+        "Groups",
+        _option(
+            "--per-container",
+            "per_container",
+            is_flag=True,
+            help="Split pods by container (adds `container`, `container_id` labels).",
+        ),
+        _option(
+            "--pods-only",
+            "pods_only",
+            is_flag=True,
+            help="Drop the groups of processes that are in no pod.",
+        ),
     )
-    @_option(
-        "--collector.cgroup/--no-collector.cgroup",
-        "cgroup",
-        default=True,
-        show_default=True,
-        help="Read each group's own cgroup: its CPU (exited processes included), "
-        "throttling and pressure.",
-    )
-    @_option(
-        "--collector.cgroup.pressure/--no-collector.cgroup.pressure",
-        "pressure",
-        default=True,
-        show_default=True,
-        help="Read the cgroups' PSI files (cgroup v2), where the node has them.",
-    )
-    @_option(
-        "--export.interval-gauges/--no-export.interval-gauges",
-        "interval_gauges",
-        default=True,
-        show_default=True,
-        help="Export procdelta_interval_<field>, the last interval as the node measured it.",
-    )
-    @_option(
-        "--export.totals/--no-export.totals",
-        "totals",
-        default=True,
-        show_default=True,
-        help="Export procdelta_<field>_total counters, for rate() and increase().",
-    )
-    @_option(
-        "--per-container",
-        "per_container",
-        is_flag=True,
-        help="Split pods by container (adds `container`, `container_id` labels).",
-    )
-    @_option(
-        "--pods-only",
-        "pods_only",
-        is_flag=True,
-        help="Drop the groups of processes that are in no pod.",
-    )
-    @_option(
-        "--log.level",
-        "log_level",
-        type=click.Choice(LOG_LEVELS),
-        default="info",
-        show_default=True,
-        help="Only log messages of this severity or above.",
+    @cloup.option_group(
+        "Logging",
+        _option(
+            "--log.level",
+            "log_level",
+            type=click.Choice(LOG_LEVELS),
+            default="info",
+            show_default=True,
+            help="Only log messages of this severity or above.",
+        ),
     )
     @functools.wraps(command)
     def wrapper(
@@ -196,33 +213,46 @@ def run_once(
     return result
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@cloup.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="procdelta")
 def cli() -> None:
-    """Per-pod process counters for Prometheus: deltas of /proc counters taken on the node."""
+    """Per-pod process counters for Prometheus: deltas of /proc counters taken on the node.
+
+    Start with `procdelta once`; run `procdelta serve` for Prometheus.
+    """
 
 
 @cli.command()
-@_option(
-    "--interval",
-    "interval",
-    type=float,
-    default=2.0,
-    show_default=True,
-    callback=_positive_interval,
-    help="Seconds between the two passes.",
+@cloup.option_group(
+    "Passes",
+    _option(
+        "--interval",
+        "interval",
+        type=float,
+        default=2.0,
+        show_default=True,
+        callback=_positive_interval,
+        help="Seconds between the two passes.",
+    ),
 )
-@_option(
-    "--format",
-    "output_format",
-    type=click.Choice(("table", "json", "prometheus")),
-    default="table",
-    show_default=True,
-    help="Output: a table for a person, JSON, or the /metrics exposition.",
+@cloup.option_group(
+    "Output",
+    _option(
+        "--format",
+        "output_format",
+        type=click.Choice(("table", "json", "prometheus")),
+        default="table",
+        show_default=True,
+        help="Output: a table for a person, JSON, or the /metrics exposition.",
+    ),
 )
 @shared_options
 def once(options: Options, interval: float, output_format: str) -> None:
-    """Two passes INTERVAL seconds apart, then print the interval of every group."""
+    """Print what every group did over one interval: a first look, no server.
+
+    Two passes INTERVAL seconds apart, then the interval of every group as a table, JSON or
+    the exposition that `serve` serves.
+    """
     from collector import output
     from collector.exporter import PassLoop
 
@@ -241,34 +271,40 @@ def once(options: Options, interval: float, output_format: str) -> None:
 
 
 @cli.command()
-@_option(
-    "--interval",
-    "interval",
-    type=float,
-    default=15.0,
-    show_default=True,
-    callback=_positive_interval,
-    help="Seconds between passes.",
+@cloup.option_group(
+    "Passes",
+    _option(
+        "--interval",
+        "interval",
+        type=float,
+        default=15.0,
+        show_default=True,
+        callback=_positive_interval,
+        help="Seconds between passes.",
+    ),
 )
-@_option(
-    "--web.listen-address",
-    "listen_address",
-    default=":9746",
-    show_default=True,
-    help="Address to serve on: host:port, [v6]:port, or :port for every interface.",
-)
-@_option(
-    "--web.telemetry-path",
-    "telemetry_path",
-    default="/metrics",
-    show_default=True,
-    help="Path under which to expose metrics.",
-)
-@_option(
-    "--web.config.file",
-    "web_config_file",
-    default=None,
-    help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
+@cloup.option_group(
+    "Web",
+    _option(
+        "--web.listen-address",
+        "listen_address",
+        default=":9746",
+        show_default=True,
+        help="Address to serve on: host:port, [v6]:port, or :port for every interface.",
+    ),
+    _option(
+        "--web.telemetry-path",
+        "telemetry_path",
+        default="/metrics",
+        show_default=True,
+        help="Path under which to expose metrics.",
+    ),
+    _option(
+        "--web.config.file",
+        "web_config_file",
+        default=None,
+        help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
+    ),
 )
 @shared_options
 def serve(
@@ -278,7 +314,10 @@ def serve(
     telemetry_path: str,
     web_config_file: str | None,
 ) -> None:
-    """Pass every INTERVAL seconds in the background; serve /metrics and /healthz."""
+    """Serve the per-pod counters to Prometheus, on /metrics and /healthz.
+
+    A pass every INTERVAL seconds in the background; a scrape reads the last one's page.
+    """
     from collector import webconfig
     from collector.exporter import ListenAddressError, PassLoop, make_server
 
@@ -353,29 +392,38 @@ def serve(
 
 
 @cli.command()
-@click.option(
-    "--rounds",
-    type=click.IntRange(min=3),
-    default=15,
-    show_default=True,
-    help="Interleaved rounds per table.",
+@cloup.option_group(
+    "Measurement",
+    click.option(
+        "--rounds",
+        type=click.IntRange(min=3),
+        default=15,
+        show_default=True,
+        help="Interleaved rounds per table.",
+    ),
+    click.option(
+        "--pause",
+        type=float,
+        default=0.3,
+        show_default=True,
+        help="Seconds between rounds (busy threads move meanwhile).",
+    ),
+    click.option("--quick", is_flag=True, help="Only the N=200 tables; no RSS run."),
 )
-@click.option(
-    "--pause",
-    type=float,
-    default=0.3,
-    show_default=True,
-    help="Seconds between rounds (busy threads move meanwhile).",
-)
-@click.option("--quick", is_flag=True, help="Only the N=200 tables; no RSS run.")
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Also write the report there, as Markdown (the project keeps docs/bench.md).",
+@cloup.option_group(
+    "Report",
+    click.option(
+        "--output",
+        type=click.Path(dir_okay=False, writable=True),
+        help="Also write the report there, as Markdown (the project keeps docs/bench.md).",
+    ),
 )
 def bench(rounds: int, pause: float, quick: bool, output: str | None) -> None:
-    """Measure a pass, and the whole served process, against the naive floor on synthetic
-    process tables, and weigh the page per pod for each switch (needs root)."""
+    """Measure what a pass and the served process cost (needs root).
+
+    Against a naive floor, on synthetic process tables; and the page's weight per pod for
+    each switch.
+    """
     try:
         from collector import bench as benchmark
     except ModuleNotFoundError as error:  # the bench extra is not installed

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
+from collector.cli import cli
 from tests.fixturetree import CONTAINER_LOGS, PASS1, POD_LOGS
 from tests.spec import CGROUP_FIELDS, FIELDS
 
@@ -134,6 +136,51 @@ def test_help_and_version():
     assert procdelta("--help").returncode == 0
     version = procdelta("--version")
     assert version.returncode == 0 and "procdelta" in version.stdout
+
+
+SHARED_GROUPS = ["Paths", "Collectors", "Export", "Groups", "Logging"]
+HELP_GROUPS = {
+    "serve": ["Passes", "Web", *SHARED_GROUPS],
+    "once": ["Passes", "Output", *SHARED_GROUPS],
+    "bench": ["Measurement", "Report"],
+}
+
+
+def help_sections(text: str) -> dict[str, list[str]]:
+    """{heading: the flags listed under it} of a command's --help, in order."""
+    sections: dict[str, list[str]] = {}
+    heading = None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.endswith(":") and "Usage" not in line:
+            heading = line[:-1]
+            sections[heading] = []
+        elif heading and line.startswith("  -"):
+            sections[heading] += re.findall(r"(?<![\w-])(-{1,2}[\w.-]+)", line.split("  ")[1])
+    return sections
+
+
+@pytest.mark.parametrize("command", sorted(HELP_GROUPS))
+def test_help_groups_every_option_under_a_heading(command):
+    """`procdelta COMMAND --help`: the groups of docs/operating.md, in its order, each
+    option under one of them; only --help under "Other options"."""
+    result = procdelta(command, "--help")
+    assert result.returncode == 0, result.stderr
+    sections = help_sections(result.stdout)
+    assert list(sections) == [*HELP_GROUPS[command], "Other options"]
+    assert sections["Other options"] == ["-h", "--help"]
+    listed = [flag for flags in sections.values() for flag in flags]
+    params = cli.commands[command].params
+    flags = [f for p in params for f in (*p.opts, *p.secondary_opts) if f.startswith("--")]
+    assert sorted(listed) == sorted([*flags, "-h", "--help"])
+
+
+def test_each_command_says_what_it_is_for_in_one_line():
+    """The top-level help lists each command with its docstring's first line, whole."""
+    result = procdelta("--help")
+    for name, command in cli.commands.items():
+        first = command.help.splitlines()[0]
+        assert first.endswith("."), first
+        assert re.search(rf"^  {name}\s+{re.escape(first)}$", result.stdout, re.M), result.stdout
 
 
 def test_missing_sources_are_said_once_at_start_and_exported(tmp_path):

@@ -1,14 +1,18 @@
-"""docs/reference.md against the code: every metric family with its type, every flag.
+"""The documents against the code and against each other.
 
-The reference is written by hand for people; these tests keep it from drifting: a family
-or a flag added, renamed or dropped in the code and not in the document (or the other way
-round) fails here.
+docs/reference.md: every metric family with its type, every flag. The README, CHANGELOG.md,
+docs/*.md and the chart's README: every relative link and anchor resolves, every doc is in
+the README's table, every flag and `procdelta_*` family they name exists, the README stays
+short, and docs/operating.md groups the flags as `--help` does. Written by hand for people;
+these tests keep them from drifting.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 from collector.cli import cli, run_once
 from collector.exporter import PassLoop
@@ -101,9 +105,224 @@ def test_docstrings_cite_the_reference_not_a_missing_spec():
     assert cited == []
 
 
-def test_readme_module_table_names_every_module():
-    readme = (ROOT / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("| `collector/")]
+def test_module_table_names_every_module():
+    development = (ROOT / "docs" / "development.md").read_text()
+    rows = [line for line in development.splitlines() if line.startswith("| `collector/")]
     named = {name for row in rows for name in re.findall(r"`(?:collector/)?(\w+)\.py`", row)}
     modules = {p.stem for p in (ROOT / "collector").glob("*.py")} - {"__init__", "__main__"}
     assert named == modules
+
+
+DOCS = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+        *(ROOT / "docs").glob("*.md"),
+        ROOT / "deploy" / "helm" / "procdelta" / "README.md",
+    ]
+)
+README_MAX_LINES = 250
+# Flags of other tools that the documents show in their commands; every other `--flag`
+# they name must be one of procdelta's.
+OTHER_TOOLS_FLAGS = {
+    "--build-arg",  # docker build
+    "--cascade",  # kubectl delete
+    "--cgroup",  # unshare
+    "--check",  # ruff format
+    "--cpus",  # podman run
+    "--namespace",  # helm install
+    "--set",  # helm install
+    "--update-golden",  # this project's pytest option (tests/conftest.py)
+}
+
+
+def prose(text: str) -> str:
+    """The text without its fenced code blocks (their lines blanked, numbering kept)."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            lines.append("")
+        else:
+            lines.append("" if fenced else line)
+    return "\n".join(lines)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text lowercased, punctuation dropped, spaces
+    as hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading's anchor in a Markdown file; a repeated one gets -1, -2, ..."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in prose(path.read_text()).splitlines():
+        match = re.match(r"#{1,6} (.+)$", line)
+        if not match:
+            continue
+        base = slug(match.group(1))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(path: Path) -> list[str]:
+    """The targets of the Markdown links of a file's prose (inline code left out)."""
+    text = re.sub(r"`[^`\n]*`", "", prose(path.read_text()))
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in links(path):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and (resolved.suffix != ".md" or anchor not in anchors(resolved)):
+            broken.append(f"{target}: no such anchor")
+    return broken
+
+
+def test_slugs_are_githubs():
+    assert slug("§2 The cache and the delta rules") == "2-the-cache-and-the-delta-rules"
+    assert slug("Throttled or contended: why run delay includes throttling") == (
+        "throttled-or-contended-why-run-delay-includes-throttling"
+    )
+    assert slug("Layout of `collector/`") == "layout-of-collector"
+    assert slug("Series and bytes per pod") == "series-and-bytes-per-pod"
+
+
+def test_repeated_headings_get_numbered_anchors(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A\n## Notes\n```\n# not a heading\n```\n## Notes\n### Notes\n")
+    assert anchors(page) == {"a", "notes", "notes-1", "notes-2"}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_anchor_resolves(path):
+    assert broken_links(path) == []
+
+
+def test_the_documents_have_links():
+    assert all(links(path) for path in DOCS if path.name != "bench.md")
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "there.md").write_text("## Here\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[a](there.md#here) [b](missing.md) [c](there.md#gone) [d](#top) [e](https://x.y)\n"
+        "`[f](inline-code.md)`\n```\n[g](fenced.md)\n```\n# Top\n"
+    )
+    assert broken_links(page) == ["missing.md: no such file", "there.md#gone: no such anchor"]
+
+
+def test_readme_links_every_doc():
+    readme_links = {
+        (ROOT / target.partition("#")[0]).resolve() for target in links(ROOT / "README.md")
+    }
+    docs = {path.resolve() for path in (ROOT / "docs").glob("*.md")}
+    assert docs - readme_links == set()
+    assert (ROOT / "CHANGELOG.md").resolve() in readme_links
+
+
+def test_readme_stays_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md: {len(lines)} lines"
+
+
+def named_flags(text: str) -> set[str]:
+    """Every `--flag` a text names, `--[no-]x` as both `--x` and `--no-x`."""
+    flags = set()
+    for negatable, name in re.findall(r"(?<![\w-])--(\[no-\])?([a-z][\w.-]*\w)(?![\w.>-])", text):
+        flags.add(f"--{name}")
+        if negatable:
+            flags.add(f"--no-{name}")
+    return flags
+
+
+def cli_flags() -> set[str]:
+    flags = {"--help", "--version"}
+    for command in cli.commands.values():
+        for param in command.params:
+            flags |= {f for f in (*param.opts, *param.secondary_opts) if f.startswith("--")}
+    return flags
+
+
+def test_named_flags_expand_negatable_forms():
+    assert named_flags("`--[no-]export.totals`, `--per-container`, --dash a --arrow--> b") == {
+        "--export.totals",
+        "--no-export.totals",
+        "--per-container",
+        "--dash",
+    }
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_flag_named_exists(path):
+    assert named_flags(path.read_text()) - cli_flags() - OTHER_TOOLS_FLAGS == set()
+
+
+FAMILY = re.compile(r"(?<![\w:])procdelta_[a-z0-9_]*[a-z0-9](?![\w:<])")
+
+
+def known_families() -> set[str]:
+    families = set()
+    for name, kind in rendered_families().items():
+        families.add(name)
+        if kind == "histogram":
+            families |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return families
+
+
+def test_family_pattern_skips_templates_and_rules():
+    text = (
+        "`procdelta_interval_<field>` `procdelta_<field>_total` `procdelta_{cpu,io}_x:r` "
+        "`namespace:procdelta_cores_used:rate5m` `procdelta_cpu_coverage:ratio_rate5m` "
+        "`procdelta_passes_total` `procdelta_dropped_deltas_total{reason}`"
+    )
+    assert FAMILY.findall(text) == ["procdelta_passes_total", "procdelta_dropped_deltas_total"]
+
+
+def test_every_family_named_exists():
+    known = known_families()
+    named = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in DOCS
+        for name in FAMILY.findall(path.read_text())
+        if name not in known
+    }
+    assert named == set()
+
+
+def operating_flag_groups() -> list[tuple[str, set[str]]]:
+    """docs/operating.md's "## Flags": each `###` heading and the flags named under it."""
+    text = (ROOT / "docs" / "operating.md").read_text()
+    start = text.index("\n## Flags\n")
+    end = text.index("\n## ", start + 1)
+    parts = re.split(r"^### (.+)$", text[start:end], flags=re.M)
+    pairs = zip(parts[1::2], parts[2::2], strict=True)
+    return [(title, named_flags(body)) for title, body in pairs]
+
+
+@pytest.mark.parametrize("name", ["serve", "once"])
+def test_operating_groups_the_flags_as_help_does(name):
+    """Each option group of the command, in its order, is a heading of docs/operating.md's
+    flags in the same order, naming that group's flags (a switch by either form)."""
+    documented = operating_flag_groups()
+    order = [title for title, _ in documented]
+    groups = cli.commands[name].option_groups
+    titles = [group.title for group in groups]
+    assert [t for t in order if t in titles] == titles
+    for group in groups:
+        flags = dict(documented)[group.title]
+        for option in group.options:
+            forms = {*option.opts, *option.secondary_opts}
+            assert forms & flags, f"{group.title}: {option.opts[0]} not in docs/operating.md"

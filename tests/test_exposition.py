@@ -119,7 +119,7 @@ PER_GROUP = (
     ],
 )
 def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
-    """The README's table: how many per-group families a setting fills, so at most that
+    """docs/performance.md's table: how many per-group families a setting fills, so at most that
     many series per pod (a pod with every source has one in each). Every family is
     filled by some group of the fixture."""
     run = FixtureRun(cgroups=shapes.cgroup)
