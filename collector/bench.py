@@ -626,9 +626,7 @@ def bench_table(
     rounds, over the same table: a row for a real `procdelta serve` (`measure_served`, its
     pods named by `pod_names`), against the same floor. Then `then`, given the table's pods
     file (None without pods), while the table still runs."""
-    variants = variants or (
-        (name, Options("/proc", "/var/log/pods", "/var/log/containers", False, False)),
-    )
+    variants = variants or ((name, DEFAULT_OPTIONS),)
     with (
         pid_room(processes * 3),  # 10% of processes with 20 threads: ~2.9 tasks each
         pod_cgroups(pods) as pods_file,
@@ -811,15 +809,28 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+DEFAULT_OPTIONS = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
+
+
 def _variants(name: str, without_cgroups: bool) -> tuple[tuple[str, Options], ...]:
     """procdelta as it runs (`skip`: the cgroup fields, and the processes of a quiet
-    cgroup carried unread), without that shortcut (`no-skip`), and, where asked, without
-    the cgroup fields at all (`no-cg`): the same table, the same rounds."""
-    options = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
+    cgroup carried unread), without that shortcut (`no-skip`), where asked without the
+    cgroup fields at all (`no-cg`), and without the K-pass bound (`unbound`, no whole
+    reads: what the bound costs): the same table, the same rounds."""
+    options = DEFAULT_OPTIONS
     variants = [(f"{name} skip", options), (f"{name} no-skip", replace(options, skip_quiet=False))]
     if without_cgroups:
         variants.append((f"{name} no-cg", replace(options, cgroup=False)))
+    variants.append((f"{name} unbound", replace(options, whole_read_passes=None)))
     return tuple(variants)
+
+
+def _bound_variants(name: str) -> tuple[tuple[str, Options], ...]:
+    """procdelta as it runs, and without the K-pass bound (`unbound`)."""
+    return (
+        (name, DEFAULT_OPTIONS),
+        (f"{name} unbound", replace(DEFAULT_OPTIONS, whole_read_passes=None)),
+    )
 
 
 def run(
@@ -880,7 +891,9 @@ def tables(quick: bool) -> list[Table]:
             Table("pods N=200", 200, "idle", 22, _variants("pods N=200", True), True, True),
         ]
     return [
-        Table("default N=1000", 1000, "idle", served=True),
+        Table(
+            "default N=1000", 1000, "idle", variants=_bound_variants("default N=1000"), served=True
+        ),
         Table("busy N=1000", 1000, "busy"),
         Table("pods N=1000", 1000, "idle", 110, _variants("pods N=1000", True), True, True),
         Table("pods10 N=1000", 1000, "mixed:10", 110, _variants("pods10 N=1000", False), True),
@@ -901,7 +914,8 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     echo("in a process of its own, as a collector does (no party scans another's objects).")
     echo("Tables named pods spread the processes over 110 pod cgroups (2 containers each);")
     echo("in pods10 the processes of 10 of them run. skip: as procdelta runs; no-skip: a")
-    echo("quiet cgroup's processes read anyway; no-cg: no cgroup fields. Same rounds.")
+    echo("quiet cgroup's processes read anyway; no-cg: no cgroup fields; unbound: no whole")
+    echo("reads (K = infinity), to weigh what the K-pass bound costs. Same rounds.")
     for line in (
         f"served: what a node pays: a real `procdelta serve --interval {SERVED_INTERVAL:g}` in a",
         "process of its own over the same table after its rounds (a pods table's pods named",

@@ -37,6 +37,7 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "pods N=200 skip",
         "pods N=200 no-skip",
         "pods N=200 no-cg",
+        "pods N=200 unbound",
         "pods N=200 served",
     }
     for name, cells in rows.items():
