@@ -165,7 +165,7 @@ WHOLE_READ_PASSES = 64
 (collector/cgroupfs.py), is read whole at least once every this many passes, staggered
 so that each pass reads about 1/K of them whole. A whole read costs several times a
 shortcut's read of an idle process, so the bound costs about that over K: on the bench's
-tables (docs/bench.md, the `no-bound` rows) +0.08 of the floor at K = 16, +0.02 at 64.
+tables (docs/bench.md, the `unbound` rows) +0.08 of the floor at K = 16, +0.02-0.04 at 64.
 At the default `--interval 15`, 64 passes are 16 minutes."""
 
 
