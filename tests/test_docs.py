@@ -1,4 +1,5 @@
-"""docs/reference.md against the code: every metric family with its type, every flag.
+"""docs/reference.md against the code: every metric family with its type, every flag;
+and docs/findings.md's Alertmanager inhibition against the alerts' labels.
 
 The reference is written by hand for people; these tests keep it from drifting: a family
 or a flag added, renamed or dropped in the code and not in the document (or the other way
@@ -107,3 +108,34 @@ def test_readme_module_table_names_every_module():
     named = {name for row in rows for name in re.findall(r"`(?:collector/)?(\w+)\.py`", row)}
     modules = {p.stem for p in (ROOT / "collector").glob("*.py")} - {"__init__", "__main__"}
     assert named == modules
+
+
+def test_the_inhibition_example_matches_the_alerts_labels():
+    """docs/findings.md's Alertmanager inhibition: each workload alert silences the pod
+    alert of the same finding, on labels both carry (as the promtool tests show them)."""
+    import yaml
+
+    text = (ROOT / "docs" / "findings.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "inhibit_rules" in b]
+    rules = yaml.safe_load(block)["inhibit_rules"]
+    matcher = re.compile(r'^alertname = "(\w+)"$')
+    pairs = {
+        matcher.match(rule["source_matchers"][0])[1]: matcher.match(rule["target_matchers"][0])[1]
+        for rule in rules
+    }
+    assert pairs == {
+        "ProcdeltaWorkloadCPUStarved": "ProcdeltaPodCPUStarved",
+        "ProcdeltaWorkloadCPUThrottled": "ProcdeltaPodCPUThrottled",
+    }
+    fired: dict[str, list[set[str]]] = {}
+    tests = ROOT / "deploy" / "prometheus" / "procdelta.workload.rules.test.yml"
+    for case in yaml.safe_load(tests.read_text())["tests"]:
+        for test in case.get("alert_rule_test", []):
+            for alert in test["exp_alerts"]:
+                fired.setdefault(test["alertname"], []).append(set(alert["exp_labels"]))
+    for rule in rules:
+        assert set(rule) == {"source_matchers", "target_matchers", "equal"}
+        for name in {*pairs, *pairs.values()}:
+            assert fired[name], f"no promtool test raises {name}"
+            for labels in fired[name]:
+                assert set(rule["equal"]) <= labels, (name, labels)
