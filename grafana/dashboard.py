@@ -16,6 +16,9 @@ from pathlib import Path
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 POD = 'uid!="", node=~"$node", namespace=~"$namespace", pod=~"$pod"'
 NODE = 'node=~"$node"'
+WORKLOAD = 'namespace=~"$namespace", workload=~"$workload"'
+NEIGHBOUR = 'uid!=""'
+OUTSIDE = 'uid=""'
 BY_POD = "sum by (namespace, pod)"
 
 
@@ -38,6 +41,25 @@ def panel(title: str, unit: str, queries: list[tuple[str, str]], description: st
             "legend": {"displayMode": "table", "placement": "right", "calcs": ["mean", "max"]},
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
+        "targets": [
+            target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)
+        ],
+    }
+
+
+def table(title: str, queries: list[tuple[str, str]], description: str, unit: str) -> dict:
+    """Each series of the range, reduced to its mean and max over the dashboard's time
+    range, one row per series, the largest mean first."""
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {"unit": unit, "decimals": 2}, "overrides": []},
+        "options": {"showHeader": True, "sortBy": [{"displayName": "Mean", "desc": True}]},
+        "transformations": [
+            {"id": "reduce", "options": {"mode": "seriesToRows", "reducers": ["mean", "max"]}}
+        ],
         "targets": [
             target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)
         ],
@@ -89,6 +111,22 @@ def dashboard() -> dict:
     periods = f"{BY_POD} ({rate('procdelta_cpu_periods_total')})"
     throttled_periods = f"{BY_POD} ({rate('procdelta_cpu_throttled_periods_total')})"
     pods = "{{namespace}}/{{pod}}"
+    workloads = "{{workload_type}} {{namespace}}/{{workload}}"
+    # The nodes of the selected pods (of the selected workloads): their neighbours' nodes.
+    nodes = (
+        f"group by (node) (\n  procdelta_on_cpu_nanos_total{{{POD}}}\n"
+        "  and on (namespace, pod)\n"
+        f"  namespace_workload_pod:procdelta_pod_owner:relabel{{{WORKLOAD}}}\n)"
+    )
+    by_node_pod = "sum by (node, namespace, pod)"
+    neighbour_cores = (
+        f"(\n  {by_node_pod} ({rate('procdelta_cgroup_cpu_nanos_total', NEIGHBOUR)})\n"
+        f"  or on (node, namespace, pod)\n"
+        f"  {by_node_pod} ({rate('procdelta_on_cpu_nanos_total', NEIGHBOUR)})\n) / 1e9"
+    )
+    outside_pods = f"sum by (node) ({rate('procdelta_on_cpu_nanos_total', OUTSIDE)}) / 1e9"
+    node_on_cpu = f"sum by (node) ({rate('procdelta_on_cpu_nanos_total', NODE)})"
+    node_delay = f"sum by (node) ({rate('procdelta_run_delay_nanos_total', NODE)})"
     panels = [
         row("CPU"),
         panel(
@@ -189,6 +227,143 @@ def dashboard() -> dict:
             ],
             "cgroup v2 only: the share of wall time in which at least one of the pod's tasks "
             "waited for a CPU, stalled on memory, or stalled on I/O.",
+        ),
+        row("Workloads (the workload map of procdelta's rules: kube-state-metrics' owners)"),
+        {
+            **(
+                workload_table := table(
+                    "Workloads: pods affected, starvation, throttled share, cores",
+                    [
+                        (f"namespace_workload:procdelta_pods:count{{{WORKLOAD}}}", "pods"),
+                        (
+                            f"namespace_workload:procdelta_pods_cpu_starved:count{{{WORKLOAD}}}",
+                            "pods starved",
+                        ),
+                        (
+                            f"namespace_workload:procdelta_pods_cpu_throttled:count{{{WORKLOAD}}}",
+                            "pods throttled",
+                        ),
+                        (
+                            f"namespace_workload:procdelta_cpu_starvation:ratio_rate5m{{{WORKLOAD}}}",
+                            "starvation",
+                        ),
+                        (
+                            "namespace_workload:procdelta_cpu_throttled_periods:ratio_rate5m"
+                            f"{{{WORKLOAD}}}",
+                            "throttled share",
+                        ),
+                        (f"namespace_workload:procdelta_cores_used:rate5m{{{WORKLOAD}}}", "cores"),
+                    ],
+                    "One row per workload (kind, namespace/name), at the end of the time range: "
+                    "the pods procdelta saw, how many of them were starved (the "
+                    "pod alert's thresholds, their own limits aside) or throttled by their own "
+                    "CPU limits, the workload's starvation (its pods' run delay over run delay + "
+                    "on-CPU), throttled share of CFS periods, and cores used. A pod without "
+                    "owner series is its own workload (kind `pod`).",
+                    "short",
+                )
+            ),
+            "targets": [
+                {**query, "format": "table", "instant": True} for query in workload_table["targets"]
+            ],
+            "transformations": [
+                {"id": "merge", "options": {}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True},
+                        "renameByName": {
+                            "workload_type": "kind",
+                            "Value #A": "pods",
+                            "Value #B": "pods starved",
+                            "Value #C": "pods throttled",
+                            "Value #D": "starvation",
+                            "Value #E": "throttled share",
+                            "Value #F": "cores",
+                        },
+                    },
+                },
+            ],
+            "options": {
+                "showHeader": True,
+                "sortBy": [{"displayName": "pods starved", "desc": True}],
+            },
+        },
+        panel(
+            "Workload pods starved and throttled (share of its pods)",
+            "percentunit",
+            [
+                (
+                    f"namespace_workload:procdelta_pods_cpu_starved:ratio{{{WORKLOAD}}}",
+                    workloads + " starved",
+                ),
+                (
+                    f"namespace_workload:procdelta_pods_cpu_throttled:ratio{{{WORKLOAD}}}",
+                    workloads + " throttled",
+                ),
+            ],
+            "The share of the workload's pods (seen by procdelta) that are starved, or "
+            "throttled by their own CPU limits: what the workload alerts fire on.",
+        ),
+        panel(
+            "Workload CPU starvation",
+            "percentunit",
+            [
+                (
+                    f"namespace_workload:procdelta_cpu_starvation:ratio_rate5m{{{WORKLOAD}}}",
+                    workloads,
+                )
+            ],
+            "Run delay over run delay + on-CPU, summed over the workload's pods (5m).",
+        ),
+        panel(
+            "Workload cores used: sums and cgroups",
+            "short",
+            [
+                (f"namespace_workload:procdelta_cores_used:rate5m{{{WORKLOAD}}}", workloads),
+                (
+                    f"namespace_workload:procdelta_cgroup_cores_used:rate5m{{{WORKLOAD}}}",
+                    workloads + " cgroup",
+                ),
+            ],
+            "On-CPU of the workload's processes, and its pods' cgroups' CPU (5m).",
+        ),
+        row("Neighbours: what ran on the selected pods' nodes"),
+        {
+            **table(
+                "Neighbours: cores used per pod on the selected pods' nodes",
+                [
+                    (f"{neighbour_cores}\nand on (node)\n{nodes}", "{{node}} " + pods),
+                    (
+                        f"{outside_pods}\nand on (node)\n{nodes}",
+                        "{{node}} processes outside pods",
+                    ),
+                ],
+                "Every pod on the nodes where the selected pods (of the selected workloads) "
+                "ran, ranked by the CPU it used over the time range: its cgroup's (short-lived "
+                "processes included) where procdelta reads cgroups, else its processes' "
+                "on-CPU. A starved pod's contenders are at the top.",
+                "short",
+            ),
+        },
+        panel(
+            "Node saturation: runnable threads per CPU",
+            "percentunit",
+            [
+                (
+                    f"({node_on_cpu} + {node_delay}) / 1e9\n/ on (node)\n"
+                    'max by (node) (kube_node_status_capacity{resource="cpu"})\n'
+                    f"and on (node)\n{nodes}",
+                    "{{node}} runnable threads per CPU",
+                ),
+                (
+                    f"{node_delay}\n/\n({node_delay} + {node_on_cpu})\nand on (node)\n{nodes}",
+                    "{{node}} starvation",
+                ),
+            ],
+            "On-CPU plus run delay per second of everything procdelta sees on the node, over "
+            "its CPUs (kube-state-metrics' capacity): above 100%, more threads want a CPU than "
+            "it has. Beside it, the share of the node's runnable time spent waiting.",
         ),
         row("Memory and storage"),
         panel(
@@ -304,6 +479,12 @@ def dashboard() -> dict:
                     "namespace",
                     'label_values(procdelta_footprint_processes{node=~"$node"}, namespace)',
                     "Namespace",
+                ),
+                variable(
+                    "workload",
+                    "label_values(namespace_workload:procdelta_pods:count"
+                    '{namespace=~"$namespace"}, workload)',
+                    "Workload",
                 ),
                 variable(
                     "pod",

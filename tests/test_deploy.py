@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -88,20 +89,34 @@ def test_promtool_checks_the_rules():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_promtool_unit_tests_every_recording_rule_and_alert():
-    tests = RULES.with_name("procdelta.rules.test.yml")
-    spec = yaml.safe_load(tests.read_text())
-    tested = set()
-    for case in spec["tests"]:
-        tested |= {t["expr"].split("{")[0] for t in case.get("promql_expr_test", [])}
-        tested |= {t["alertname"] for t in case.get("alert_rule_test", [])}
+RULE_TESTS = [
+    RULES.with_name("procdelta.rules.test.yml"),
+    RULES.with_name("procdelta.workload.rules.test.yml"),
+]
+
+
+def rule_names() -> set[str]:
     rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
-    assert {r.get("record") or r["alert"] for r in rules} == tested
+    return {r.get("record") or r["alert"] for r in rules}
+
+
+def test_promtool_unit_tests_every_recording_rule_and_alert():
+    names, tested = rule_names(), set()
+    for path in RULE_TESTS:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for test in case.get("promql_expr_test", []):
+                tested |= {
+                    name
+                    for name in names
+                    if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", test["expr"])
+                }
+            tested |= {t["alertname"] for t in case.get("alert_rule_test", [])}
+    assert names == tested
     result = subprocess.run(
-        [binary("promtool"), "test", "rules", str(tests)], capture_output=True, text=True
+        [binary("promtool"), "test", "rules", *map(str, RULE_TESTS)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    assert result.stdout.count("SUCCESS") == len(RULE_TESTS)
 
 
 def test_plain_scrape_config_is_valid_prometheus_configuration(tmp_path):
@@ -128,6 +143,24 @@ def test_plain_scrape_config_is_valid_prometheus_configuration(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_plain_scrape_config_sets_node_as_the_monitors_do():
+    """The per-node rules and the neighbours panel group by `node`: the plain job sets it
+    from the pod's node name, as the ServiceMonitor's (and PodMonitor's) first relabeling."""
+    (job,) = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yml").read_text())[
+        "scrape_configs"
+    ]
+    node = [r for r in job["relabel_configs"] if r.get("target_label") == "node"]
+    assert node == [{"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"}]
+    (endpoint,) = load("servicemonitor.yaml")["spec"]["endpoints"]
+    assert endpoint["relabelings"][0] == {
+        "sourceLabels": node[0]["source_labels"],
+        "targetLabel": node[0]["target_label"],
+    }
+    # and nothing after it overwrites it
+    later = job["relabel_configs"][job["relabel_configs"].index(node[0]) + 1 :]
+    assert all(r.get("target_label") != "node" for r in later)
+
+
 def test_dashboard_json_is_the_generators_output():
     sys.path.insert(0, str(ROOT / "grafana"))
     try:
@@ -138,7 +171,7 @@ def test_dashboard_json_is_the_generators_output():
     assert committed == dashboard.render(), "run `python grafana/dashboard.py` and commit"
     model = json.loads(committed)
     assert {v["name"] for v in model["templating"]["list"]} == {
-        "datasource", "node", "namespace", "pod",
+        "datasource", "node", "namespace", "workload", "pod",
     }  # fmt: skip
     titles = {p["title"] for p in model["panels"]}
     for wanted in ("CPU starvation", "Cores used", "Run delay", "Storage I/O",
@@ -147,25 +180,31 @@ def test_dashboard_json_is_the_generators_output():
                    "Run delay: throttled or contended",
                    "Coverage: on-CPU seen by the sums / the cgroup's CPU",
                    "Pressure (PSI some): share of time some task waited",
-                   "Sources the nodes provide"):  # fmt: skip
+                   "Sources the nodes provide",
+                   "Workloads: pods affected, starvation, throttled share, cores",
+                   "Workload pods starved and throttled (share of its pods)",
+                   "Neighbours: cores used per pod on the selected pods' nodes",
+                   "Node saturation: runnable threads per CPU"):  # fmt: skip
         assert wanted in titles
 
 
-def dashboard_queries() -> list[str]:
-    """Every PromQL query of the dashboard, variables set as for "All"."""
+def dashboard_queries(**chosen: str) -> list[str]:
+    """Every PromQL query of the dashboard, variables set as for "All" (or as chosen)."""
     model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
     queries = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
     for variable in model["templating"]["list"]:
         definition = variable.get("definition", "")
         if definition.startswith("label_values("):
             queries.append(definition[len("label_values(") :].rsplit(",", 1)[0])
-    return [
-        q.replace("$__rate_interval", "15s")
-        .replace("$node", ".*")
-        .replace("$namespace", ".*")
-        .replace("$pod", ".*")
-        for q in queries
-    ]
+    return [set_variables(q, **chosen) for q in queries]
+
+
+def set_variables(query: str, window: str = "15s", **chosen: str) -> str:
+    """A dashboard query with its variables set: each to a value chosen, or as for "All"."""
+    query = query.replace("$__rate_interval", window)
+    for name in ("node", "namespace", "workload", "pod"):
+        query = query.replace(f"${name}", chosen.get(name, ".*"))
+    return query
 
 
 def recording_rule_queries() -> list[str]:

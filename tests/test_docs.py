@@ -3,7 +3,8 @@
 docs/reference.md: every metric family with its type, every flag. The README, CHANGELOG.md,
 docs/*.md and the chart's README: every relative link and anchor resolves, every doc is in
 the README's table, every flag and `procdelta_*` family they name exists, the README stays
-short, and docs/operating.md groups the flags as `--help` does. Written by hand for people;
+short, and docs/operating.md groups the flags as `--help` does. docs/findings.md's
+Alertmanager inhibition against the alerts' labels. Written by hand for people;
 these tests keep them from drifting.
 """
 
@@ -326,3 +327,34 @@ def test_operating_groups_the_flags_as_help_does(name):
         for option in group.options:
             forms = {*option.opts, *option.secondary_opts}
             assert forms & flags, f"{group.title}: {option.opts[0]} not in docs/operating.md"
+
+
+def test_the_inhibition_example_matches_the_alerts_labels():
+    """docs/findings.md's Alertmanager inhibition: each workload alert silences the pod
+    alert of the same finding, on labels both carry (as the promtool tests show them)."""
+    import yaml
+
+    text = (ROOT / "docs" / "findings.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "inhibit_rules" in b]
+    rules = yaml.safe_load(block)["inhibit_rules"]
+    matcher = re.compile(r'^alertname = "(\w+)"$')
+    pairs = {
+        matcher.match(rule["source_matchers"][0])[1]: matcher.match(rule["target_matchers"][0])[1]
+        for rule in rules
+    }
+    assert pairs == {
+        "ProcdeltaWorkloadCPUStarved": "ProcdeltaPodCPUStarved",
+        "ProcdeltaWorkloadCPUThrottled": "ProcdeltaPodCPUThrottled",
+    }
+    fired: dict[str, list[set[str]]] = {}
+    tests = ROOT / "deploy" / "prometheus" / "procdelta.workload.rules.test.yml"
+    for case in yaml.safe_load(tests.read_text())["tests"]:
+        for test in case.get("alert_rule_test", []):
+            for alert in test["exp_alerts"]:
+                fired.setdefault(test["alertname"], []).append(set(alert["exp_labels"]))
+    for rule in rules:
+        assert set(rule) == {"source_matchers", "target_matchers", "equal"}
+        for name in {*pairs, *pairs.values()}:
+            assert fired[name], f"no promtool test raises {name}"
+            for labels in fired[name]:
+                assert set(rule["equal"]) <= labels, (name, labels)

@@ -92,6 +92,8 @@ def test_schema_accepts_the_values_files(name):
         ({"image": {"digest": "latest"}}, "/image/digest"),
         ({"prometheusRule": {"alerts": {"podCPUStarved": {"starvation": "25%"}}}}, "starvation"),
         ({"prometheusRule": {"alerts": {"down": {"for": "5 minutes"}}}}, "/down/for"),
+        ({"prometheusRule": {"alerts": {"workloadCPUStarved": {"podShare": 1.5}}}}, "podShare"),
+        ({"prometheusRule": {"alerts": {"podCPUStarved": {"enabled": "no"}}}}, "enabled"),
         ({"prometheus": {"monitor": {"enabled": "yes"}}}, "/prometheus/monitor/enabled"),
     ],
 )
@@ -266,6 +268,7 @@ def test_dashboard_configmap_is_the_dashboard():
 # -- the rules -----------------------------------------------------------------------------
 
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "procdelta.rules.test.yml"
+WORKLOAD_RULE_TESTS = RULE_TESTS.with_name("procdelta.workload.rules.test.yml")
 
 
 def rule_file(values: dict, path: Path) -> Path:
@@ -284,9 +287,10 @@ def test_prometheus_rule_passes_the_rule_tests(tmp_path):
     rules = rule_file({}, tmp_path / "procdelta.rules.yml")
     result = promtool("check", "rules", str(rules))
     assert result.returncode == 0, result.stdout + result.stderr
-    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = promtool("test", "rules", str(tmp_path / RULE_TESTS.name))
-    assert result.returncode == 0, result.stdout + result.stderr
+    for tests in (RULE_TESTS, WORKLOAD_RULE_TESTS):
+        (tmp_path / tests.name).write_text(tests.read_text())
+        result = promtool("test", "rules", str(tmp_path / tests.name))
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_alert_thresholds_are_values(tmp_path):
@@ -317,7 +321,13 @@ def test_alert_thresholds_are_values(tmp_path):
             "eval_time": "10m",
             "exp_alerts": [
                 {
-                    "exp_labels": {"severity": "critical", "namespace": "shop", "pod": "a"},
+                    "exp_labels": {
+                        "severity": "critical",
+                        "namespace": "shop",
+                        "pod": "a",
+                        "workload": "a",
+                        "workload_type": "pod",
+                    },
                     "exp_annotations": {
                         "summary": "Pod shop/a is starved for CPU",
                         "description": description,
@@ -379,3 +389,113 @@ def test_every_value_is_documented():
     readme = (CHART / "README.md").read_text()
     for key, _ in generate.documented_values(text):
         assert f"| `{key}` |" in readme
+
+
+def workload_cases() -> dict[str, dict]:
+    return {c["name"]: c for c in yaml.safe_load(WORKLOAD_RULE_TESTS.read_text())["tests"]}
+
+
+def run_cases(tmp_path: Path, rules: Path, cases: list[dict]) -> subprocess.CompletedProcess:
+    tests = tmp_path / f"{rules.stem}.test.yml"
+    tests.write_text(
+        yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": cases})
+    )
+    return promtool("test", "rules", str(tests))
+
+
+def alerts_of(rules: Path) -> set[str]:
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    return {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
+
+
+def test_pod_and_workload_alerts_turn_off_independently(tmp_path):
+    """Either kind of alert can be turned off; with the pod alerts off, their thresholds
+    still say which pods count as starved or throttled for the workload rules and alerts."""
+    pods_off = rule_file(
+        {"alerts": {"podCPUStarved": {"enabled": False}, "podCPUThrottled": {"enabled": False}}},
+        tmp_path / "pods-off.rules.yml",
+    )
+    workloads_off = rule_file(
+        {
+            "alerts": {
+                "workloadCPUStarved": {"enabled": False},
+                "workloadCPUThrottled": {"enabled": False},
+            }
+        },
+        tmp_path / "workloads-off.rules.yml",
+    )
+    every = {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled",
+             "ProcdeltaWorkloadCPUStarved", "ProcdeltaWorkloadCPUThrottled"}  # fmt: skip
+    assert every <= alerts_of(rule_file({}, tmp_path / "default.rules.yml"))
+    assert every - alerts_of(pods_off) == {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"}
+    assert every - alerts_of(workloads_off) == {
+        "ProcdeltaWorkloadCPUStarved",
+        "ProcdeltaWorkloadCPUThrottled",
+    }
+    case = workload_cases()["workloads from kube-state-metrics, without kubernetes-mixin's map"]
+    pods = [t for t in case["alert_rule_test"] if t["alertname"].startswith("ProcdeltaPod")]
+    workloads = [t for t in case["alert_rule_test"] if t not in pods]
+    # pod alerts off: the workload alerts and every recording rule as with the defaults
+    result = run_cases(tmp_path, pods_off, [{**case, "alert_rule_test": workloads}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_cases(tmp_path, workloads_off, [{**case, "alert_rule_test": pods}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # and an alert turned off no longer fires
+    for rules, tests in ((pods_off, pods), (workloads_off, workloads)):
+        silent = [{**test, "exp_alerts": []} for test in tests]
+        result = run_cases(tmp_path, rules, [{**case, "alert_rule_test": silent}])
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_workload_thresholds_are_values(tmp_path):
+    """A lower share of pods makes the fixtures' DaemonSet (one starved pod of four, 25%)
+    a starved workload too, after the `for` and with the severity given."""
+    rules = rule_file(
+        {"alerts": {"workloadCPUStarved": {"podShare": 0.2, "for": "5m", "severity": "page"}}},
+        tmp_path / "moved.rules.yml",
+    )
+    case = workload_cases()["workloads from kube-state-metrics, without kubernetes-mixin's map"]
+    (starved,) = [
+        t for t in case["alert_rule_test"] if t["alertname"] == "ProcdeltaWorkloadCPUStarved"
+    ]
+    (web,) = starved["exp_alerts"]
+    summary = "daemonset shop/agent: 25% of its pods are starved for CPU"
+    agent = {
+        "exp_labels": {**web["exp_labels"], "workload": "agent", "workload_type": "daemonset"},
+        "exp_annotations": {
+            "summary": summary,
+            "description": web["exp_annotations"]["description"]
+            .replace("2 of its 3", "1 of its 4")
+            .replace("threshold 25% of its pods, for 15m", "threshold 20% of its pods, for 5m"),
+        },
+    }
+    for alert in (web, agent):
+        alert["exp_labels"]["severity"] = "page"
+    web["exp_annotations"]["description"] = web["exp_annotations"]["description"].replace(
+        "threshold 25% of its pods, for 15m", "threshold 20% of its pods, for 5m"
+    )
+    moved = {"alertname": starved["alertname"], "eval_time": "10m", "exp_alerts": [agent, web]}
+    moved_case = {**case, "promql_expr_test": [], "alert_rule_test": [moved]}
+    result = run_cases(tmp_path, rules, [moved_case])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the defaults do not raise it for agent, nor for anyone by 10 minutes
+    result = run_cases(tmp_path, rule_file({}, tmp_path / "default.rules.yml"), [moved_case])
+    assert result.returncode != 0
+
+
+def test_pod_alerts_fire_without_the_workload_map(tmp_path):
+    """The pod alerts join their pod's workload labels from the workload map; a pod the map
+    lacks (the workload group failed, or has not run yet) still raises its alert."""
+    rules = rule_file({}, tmp_path / "nomap.rules.yml")
+    spec = yaml.safe_load(rules.read_text())
+    spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.rules"]
+    rules.write_text(yaml.safe_dump(spec))
+    cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    for case in cases:
+        case.pop("promql_expr_test", None)
+        for test in case.get("alert_rule_test", []):
+            for alert in test["exp_alerts"]:
+                alert["exp_labels"].pop("workload", None)
+                alert["exp_labels"].pop("workload_type", None)
+    result = run_cases(tmp_path, rules, cases)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -101,3 +101,64 @@ metricRelabelings:
 {{- define "procdelta.percent" -}}
 {{- round (mulf . 100) 2 }}%
 {{- end }}
+
+{{/*
+A starved pod (ProcdeltaPodCPUStarved's condition, without its `for`), given the values of
+prometheusRule.alerts.podCPUStarved; its value is the pod's starvation ratio.
+*/}}
+{{- define "procdelta.starvedPods" -}}
+(
+    namespace_pod:procdelta_cpu_starvation:ratio_rate5m > {{ .starvation }}
+  and on (namespace, pod)
+    namespace_pod:procdelta_cores_used:rate5m > {{ .minCores }}
+)
+unless on (namespace, pod)
+  namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .throttledShare }}
+{{- end }}
+
+{{/*
+A throttled pod (ProcdeltaPodCPUThrottled's condition), given the values of
+prometheusRule.alerts.podCPUThrottled; its value is the pod's throttled share.
+*/}}
+{{- define "procdelta.throttledPods" -}}
+namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .throttledShare }}
+{{- end }}
+
+{{/*
+A per-pod expression (a finding, or pods counted) with its pod's workload labels
+(`workload`, `workload_type`) added from the map procdelta joins on. A pod missing from the
+map (it was not there at its last evaluation) keeps its finding, without them.
+*/}}
+{{- define "procdelta.withWorkload" -}}
+(
+  {{- . | nindent 4 }}
+)
+* on (namespace, pod) group_left (workload, workload_type)
+  namespace_workload_pod:procdelta_pod_owner:relabel
+or on (namespace, pod)
+(
+  {{- . | nindent 4 }}
+)
+{{- end }}
+
+{{/*
+A per-pod rate (procdelta's counters of pod groups), summed per workload: the pods' sums
+joined to the map procdelta joins on, which holds every pod procdelta saw, so no pod is
+left out of a sum.
+*/}}
+{{- define "procdelta.perWorkload" -}}
+sum by (namespace, workload, workload_type) (
+    sum by (namespace, pod) ({{ . }})
+  * on (namespace, pod) group_left (workload, workload_type)
+    namespace_workload_pod:procdelta_pod_owner:relabel
+)
+{{- end }}
+
+{{/* The pods procdelta saw over the rules' window: pod groups with process or cgroup counters. */}}
+{{- define "procdelta.seenPods" -}}
+group by (namespace, pod) (
+    present_over_time(procdelta_on_cpu_nanos_total{uid!=""}[5m])
+  or
+    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!=""}[5m])
+)
+{{- end }}
