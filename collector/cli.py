@@ -17,7 +17,7 @@ import cloup
 from collector import __version__
 from collector.engine import Engine, PassResult
 from collector.privileges import own_missing_capabilities
-from collector.wiring import Options, build_engine, node_sources
+from collector.wiring import Options, build_engine, node_cpus, node_sources
 
 log = logging.getLogger("procdelta")
 
@@ -259,7 +259,9 @@ def once(options: Options, interval: float, output_format: str) -> None:
     engine = build_engine(options)
     found = node_sources(options, engine)
     if output_format == "prometheus":
-        loop = PassLoop(engine, interval, shapes=options.shapes, sources=found)
+        loop = PassLoop(
+            engine, interval, shapes=options.shapes, sources=found, cpus=node_cpus(options)
+        )
         run_once(engine, interval, time.sleep, run_pass=loop.run_pass)
         click.echo(loop.snapshot().text, nl=False)
         return
@@ -332,7 +334,7 @@ def serve(
             "/ and /healthz"
         )
     engine = build_engine(options)
-    loop = PassLoop(engine, interval, shapes=options.shapes)
+    loop = PassLoop(engine, interval, shapes=options.shapes, cpus=node_cpus(options))
     try:
         server = make_server(listen_address, loop, telemetry_path, web)
     except ListenAddressError as error:

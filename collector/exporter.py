@@ -88,8 +88,10 @@ class PassLoop:
         version: str = __version__,
         shapes: Shapes | None = None,
         sources: Mapping[str, bool] | None = None,
+        cpus: Callable[[], int | None] = lambda: None,
     ):
         self.engine = engine
+        self.cpus = cpus  # the node's online CPUs, read after each pass (sources.online_cpus)
         self.interval = interval
         self.monotonic = monotonic
         self.shapes = shapes or Shapes()
@@ -157,6 +159,7 @@ class PassLoop:
             last_pass_timestamp=result.finished_at,
             tracked_processes=result.tracked_processes,
             tracked_threads=result.tracked_threads,
+            node_cpus=self.cpus(),
         )
         self._data = _LastGoodPass(
             result.intervals, result.totals, result.footprints, result.cgroup_intervals

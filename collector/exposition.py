@@ -127,6 +127,7 @@ class SelfState:
     tracked_cgroups: int = 0
     skipped_processes: int = 0
     sources: Mapping[str, bool] | None = None
+    node_cpus: int | None = None  # the node's online CPUs, read each pass
 
 
 def _sorted(mapping: Mapping[Group, object]) -> list[Group]:
@@ -335,6 +336,16 @@ def _self_families(state: SelfState) -> list[Family]:
             (("", (("version", state.version),), 1),),
         ),
     ]
+    if state.node_cpus is not None:
+        families.append(
+            Family(
+                "procdelta_node_cpus",
+                "gauge",
+                "CPUs online on the node: the denominator of its saturation (every "
+                "group's on-CPU time and run delay per second).",
+                (("", (), state.node_cpus),),
+            )
+        )
     if state.interval_seconds is not None:
         families.append(
             Family(

@@ -34,6 +34,16 @@ def probe_procfs(procfs: str) -> dict[str, bool]:
     }
 
 
+def online_cpus(procfs: str) -> int | None:
+    """The node's online CPUs: the `cpu<N>` lines of `<procfs>/stat` (the kernel prints one
+    per online CPU). None where the file cannot be read."""
+    data = read_or_none(os.path.join(procfs, "stat"))
+    if data is None:
+        return None
+    count = sum(1 for line in data.splitlines() if line[:3] == b"cpu" and line[3:4].isdigit())
+    return count or None
+
+
 def probe_cgroups(hierarchies: Hierarchies) -> dict[str, bool]:
     return {
         "cgroup_v2": hierarchies.v2 is not None,

@@ -5,6 +5,7 @@ engine they configure. The commands (collector/cli.py) and the benchmark
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +72,11 @@ def build_engine(
     return Engine(
         reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
     )
+
+
+def node_cpus(options: Options) -> Callable[[], int | None]:
+    """What reads the node's online CPUs each pass (`procdelta_node_cpus`)."""
+    return functools.partial(sources.online_cpus, options.procfs)
 
 
 def node_sources(options: Options, engine: Engine) -> dict[str, bool]:

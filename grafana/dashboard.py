@@ -352,7 +352,7 @@ def dashboard() -> dict:
             [
                 (
                     f"({node_on_cpu} + {node_delay}) / 1e9\n/ on (node)\n"
-                    'max by (node) (kube_node_status_capacity{resource="cpu"})\n'
+                    "max by (node) (procdelta_node_cpus)\n"
                     f"and on (node)\n{nodes}",
                     "{{node}} runnable threads per CPU",
                 ),

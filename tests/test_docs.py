@@ -62,12 +62,15 @@ def documented_families() -> dict[str, str]:
 
 
 def rendered_families() -> dict[str, str]:
-    """{family: type} of the fixture node's page, every source reported."""
+    """{family: type} of the fixture node's page, every source reported, the node's CPUs
+    counted."""
     run = FixtureRun()
     sources = dict.fromkeys(
         ("schedstat", "thread_io", "cgroup_v2", "cgroup_v1_cpu", "cgroup_v1_cpuacct", "psi"), True
     )
-    loop = PassLoop(run.engine, interval=10.0, monotonic=lambda: 5.0, sources=sources)
+    loop = PassLoop(
+        run.engine, interval=10.0, monotonic=lambda: 5.0, sources=sources, cpus=lambda: 2
+    )
     run_once(run.engine, 10.0, run.sleep, run_pass=loop.run_pass)
     text = loop.snapshot().text.decode()
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from types import MappingProxyType
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -20,6 +21,7 @@ from collector.engine import PassResult
 from collector.exporter import PassLoop, make_server, parse_listen_address, wants_openmetrics
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
+from collector.sources import online_cpus
 from tests.fixturetree import PASS1
 from tests.net import free_port, request, start_serve, wait_until
 from tests.promtools import check_metrics
@@ -254,3 +256,21 @@ def test_listen_address_unresolvable():
 )
 def test_bad_input_one_line(args, words):
     assert_one_line_error(run_serve("--web.listen-address", "127.0.0.1:0", *args), *words)
+
+
+def test_the_node_cpus_are_procdeltas_own_count(tmp_path):
+    """`procdelta_node_cpus`: the online CPUs of `<procfs>/stat` (one `cpu<N>` line each),
+    what psutil counts on this machine, read after every pass; no series where it cannot
+    be read."""
+    assert online_cpus("/proc") == psutil.cpu_count(logical=True)
+    (tmp_path / "stat").write_text(
+        "cpu  1 2 3 4\ncpu0 1 2 3 4\ncpu1 1 2 3 4\ncpu3 1 2 3 4\nintr 5 cpu9\nctxt 7\n"
+    )
+    assert online_cpus(str(tmp_path)) == 3  # cpu2 offline
+    assert online_cpus(str(tmp_path / "nowhere")) is None
+    counts = iter([4, 6])
+    loop = PassLoop(CountingEngine(), interval=60, cpus=lambda: next(counts))
+    assert b"procdelta_node_cpus" not in loop.snapshot().text  # before a pass
+    for expected in (4, 6):
+        loop.run_pass()
+        assert f"\nprocdelta_node_cpus {expected}\n".encode() in loop.snapshot().text
