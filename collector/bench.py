@@ -929,7 +929,7 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     ):
         echo(line)
     header = (
-        f"{'table':<21} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
+        f"{'table':<22} {'procs':>6} {'threads':>7} {'cpu ms':>8} {'wall ms':>8} "
         f"{'µs/proc':>8} {'µs/thr':>7} {'naive ms':>9} {'ratio':>6} {'spread':>10} "
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
@@ -981,7 +981,7 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
 def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
     ours, naive = result.procdelta, result.naive
     if result.served_failed is not None:
-        echo(f"{result.name:<21} {result.processes:>6} {result.threads:>7} {'failed':>8} (below)")
+        echo(f"{result.name:<22} {result.processes:>6} {result.threads:>7} {'failed':>8} (below)")
         return
     spread = (
         f"{_percentile(result.ratios, 0.25):.2f}-{_percentile(result.ratios, 0.75):.2f}"
@@ -996,7 +996,7 @@ def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
         exporter = f"{'-':>8} {'-':>9}"
     wall = f"{'-':>8}" if math.isnan(ours.wall) else f"{ours.wall * 1e3:8.1f}"
     echo(
-        f"{result.name:<21} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
+        f"{result.name:<22} {result.processes:>6} {result.threads:>7} {ours.cpu * 1e3:8.1f} "
         f"{wall} {ours.cpu * 1e6 / result.processes:8.1f} "
         f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
         f"{result.ratio:6.2f} {spread:>10} {exporter}"

@@ -27,7 +27,7 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
     header = next(line for line in lines if line.startswith("table")).split()
     assert header[:3] == ["table", "procs", "threads"] and header[-3:] == ["ms", "p-e", "ratio"]
     rows = {
-        line[:21].strip(): line[21:].split()
+        line[:22].strip(): line[22:].split()
         for line in lines
         if line.startswith(("default", "busy", "pods"))
     }
