@@ -431,24 +431,12 @@ def gzip_member(data: bytes, level: int = 1) -> bytes:
 class Page:
     """One pass's page: each family's name, type, help and sample lines (the same in both
     formats). Each format, plain or gzipped, is joined the first time a scraper asks for
-    it, once (under a lock: a burst of scrapes waits for the one join), and kept.
+    it, once (under a lock: a burst of scrapes waits for the one join), and kept."""
 
-    Gzipped, the page is one gzip member per family (concatenated members are one gzip
-    stream, RFC 1952 §2.2), and the first `kept` families' members come from `members`,
-    shared by the pages of one `PageRenderer`: a family whose block of lines is the very
-    object it was when last compressed is not compressed again."""
+    __slots__ = ("_bodies", "_lock", "families")
 
-    __slots__ = ("_bodies", "_lock", "families", "kept", "members")
-
-    def __init__(
-        self,
-        families: tuple[tuple[str, str, str, bytes], ...],
-        members: dict[tuple[bool, int], tuple[bytes, bytes]] | None = None,
-        kept: int = 0,
-    ):
+    def __init__(self, families: tuple[tuple[str, str, str, bytes], ...]):
         self.families = families
-        self.members = {} if members is None else members
-        self.kept = kept
         self._bodies: dict[tuple[bool, bool], bytes] = {}
         self._lock = threading.Lock()
 
@@ -458,36 +446,19 @@ class Page:
         body = self._bodies.get(key)
         if body is not None:
             return body
+        plain = self.body(openmetrics) if gzipped else b""
         with self._lock:
             body = self._bodies.get(key)
             if body is None:
-                body = self._gzip(openmetrics) if gzipped else self._join(openmetrics)
+                body = gzip_member(plain) if gzipped else self._join(openmetrics)
                 self._bodies[key] = body
         return body
 
-    def _join(
-        self, openmetrics: bool, families: Iterable[tuple[str, str, str, bytes]] | None = None
-    ) -> bytes:
+    def _join(self, openmetrics: bool) -> bytes:
         header = _openmetrics_header if openmetrics else _text_header
         parts: list[bytes] = []
-        for name, kind, help_text, block in self.families if families is None else families:
+        for name, kind, help_text, block in self.families:
             parts += (header(name, kind, help_text), block)
-        return b"".join(parts)
-
-    def _gzip(self, openmetrics: bool) -> bytes:
-        header = _openmetrics_header if openmetrics else _text_header
-        members, parts = self.members, []
-        for index, (name, kind, help_text, block) in enumerate(self.families[: self.kept]):
-            known = members.get((openmetrics, index))
-            if known is not None and known[0] is block:
-                parts.append(known[1])
-                continue
-            member = gzip_member(header(name, kind, help_text) + block)
-            members[openmetrics, index] = (block, member)
-            parts.append(member)
-        rest = self.families[self.kept :]
-        if rest:
-            parts.append(gzip_member(self._join(openmetrics, rest)))
         return b"".join(parts)
 
     @property
@@ -553,9 +524,9 @@ class _SourceLines:
 class PageRenderer:
     """Renders the page pass after pass, byte for byte what `build_families` and
     `render_both` give for the same pass, reusing what did not change: a group's lines
-    whose values are what they were, every family's HELP and TYPE lines, the gzip member of
-    a family none of whose lines changed, and nothing of a format until a scraper asks for
-    it (`Page`). An idle pod costs a comparison of its values per pass, not a rendering."""
+    whose values are what they were, every family's HELP and TYPE lines, and nothing of a
+    format until a scraper asks for it (`Page`). An idle pod costs a comparison of its
+    values per pass, not a rendering."""
 
     def __init__(self, shapes: Shapes | None = None):
         families = group_families(shapes or Shapes())
@@ -568,7 +539,6 @@ class PageRenderer:
             (f.source, [g for g in families if g.source == f.source].index(f)) for f in families
         ]
         self._families = families
-        self._members: dict[tuple[bool, int], tuple[bytes, bytes]] = {}  # Page's gzip
 
     def render(
         self,
@@ -589,6 +559,5 @@ class PageRenderer:
             (family.name, family.kind, family.help, blocks[source][index])
             for family, (source, index) in zip(self._families, self._order, strict=True)
         ]
-        kept = len(parts)
         parts += [(f.name, f.kind, f.help, _sample_block(f)) for f in _self_families(state)]
-        return Page(tuple(parts), self._members, kept)
+        return Page(tuple(parts))

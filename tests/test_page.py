@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import gzip
 import random
-import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector import exposition
 from collector.aggregate import FootprintSums
 from collector.exposition import (
     GroupFamily,
@@ -20,7 +18,6 @@ from collector.exposition import (
     PageRenderer,
     SelfState,
     Shapes,
-    _self_families,
     build_families,
     render_both,
 )
@@ -148,52 +145,8 @@ def test_an_unchanged_group_is_not_rendered_again(monkeypatch):
     assert page.text == render_both(build_families(groups, totals, footprints, state(3)))[0]
 
 
-def test_a_family_whose_lines_did_not_change_is_not_compressed_again(monkeypatch):
-    """Gzipped, the page is a member per family: a pass where one group's on-CPU values
-    changed compresses the two families holding them (its interval and its total) and the
-    collector's own, and reuses every other family's member; the stream is the page."""
-    groups = {pod(n): Fields(processes=1, on_cpu_nanos=n) for n in range(20)}
-    totals = {g: {"on_cpu_nanos": f.on_cpu_nanos} for g, f in groups.items()}
-    footprints = {g: FootprintSums(1, 1, 4096) for g in groups}
-    renderer = PageRenderer()
-    renderer.render(groups, totals, footprints, state(1)).body(True, True)
-    compressed: list[bytes] = []
-    real = exposition.gzip_member
-
-    def counting(data: bytes, level: int = 1) -> bytes:
-        compressed.append(data)
-        return real(data, level)
-
-    monkeypatch.setattr(exposition, "gzip_member", counting)
-    busy = pod(7)
-    groups = {**groups, busy: Fields(processes=1, on_cpu_nanos=10**9)}
-    totals = {**totals, busy: {"on_cpu_nanos": 10**9 + 7}}
-    page = renderer.render(groups, totals, footprints, state(2))
-    body = page.body(True, True)
-    names = [data.split(b" ", 3)[2] for data in compressed]
-    assert names == [
-        b"procdelta_interval_on_cpu_nanos",
-        b"procdelta_on_cpu_nanos",
-        b"procdelta_pass_duration_seconds",  # the collector's own families, one member
-    ]
-    expected = render_both(build_families(groups, totals, footprints, state(2)))[1]
-    assert gzip.decompress(body) == expected
-    assert members(body) == len(page.families) - len(_self_families(state(2))) + 1
-
-
-def members(stream: bytes) -> int:
-    """How many gzip members a stream holds."""
-    count = 0
-    while stream:
-        decompressor = zlib.decompressobj(31)
-        decompressor.decompress(stream)
-        assert decompressor.eof
-        stream, count = decompressor.unused_data, count + 1
-    return count
-
-
 def test_a_format_is_joined_only_when_asked_for():
     page = PageRenderer().render({}, {}, {}, state(1))
     assert isinstance(page, Page) and page._bodies == {}
     page.body(False, True)  # text, gzipped, as Prometheus asks by default
-    assert set(page._bodies) == {(False, True)}  # compressed family by family, never joined
+    assert set(page._bodies) == {(False, False), (False, True)}
