@@ -11,13 +11,17 @@ that check this output.
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
 
 from prometheus_client.utils import floatToGoString
+
+try:  # ISA-L's deflate (python-isal): ~3.5x the speed of zlib's level 1, as small a page
+    from isal import isal_zlib as deflate
+except ImportError:  # no wheel for this machine: the standard library's
+    import zlib as deflate
 
 from collector.aggregate import FootprintSums
 from collector.groups import Group
@@ -422,9 +426,10 @@ def render_openmetrics(families: Iterable[Family], eof: bool = True) -> bytes:
 
 
 def gzip_member(data: bytes, level: int = 1) -> bytes:
-    """A gzip member. A compressobj releases the interpreter lock while it deflates (the
-    one-shot `gzip.compress` holds it), so scrapes are answered while a page compresses."""
-    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    """A gzip member (`deflate`: ISA-L's where it is installed, as the package asks; else
+    zlib's). A compressobj releases the interpreter lock while it deflates (the one-shot
+    `gzip.compress` holds it), so scrapes are answered while a page compresses."""
+    compressor = deflate.compressobj(level, deflate.DEFLATED, 31)
     return compressor.compress(data) + compressor.flush()
 
 
