@@ -161,11 +161,15 @@ sum by (namespace, workload, workload_type) (
 )
 {{- end }}
 
-{{/* The pods procdelta saw over the rules' window: pod groups with process or cgroup counters. */}}
+{{/*
+The pods procdelta saw over the rules' window: pod groups with process or cgroup counters.
+A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is none: all
+such pods would be one nameless workload.
+*/}}
 {{- define "procdelta.seenPods" -}}
 group by (namespace, pod) (
-    present_over_time(procdelta_on_cpu_nanos_total{uid!=""}[5m])
+    present_over_time(procdelta_on_cpu_nanos_total{uid!="", pod!=""}[5m])
   or
-    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!=""}[5m])
+    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!="", pod!=""}[5m])
 )
 {{- end }}
