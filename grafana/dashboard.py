@@ -113,8 +113,11 @@ def dashboard() -> dict:
     pods = "{{namespace}}/{{pod}}"
     workloads = "{{workload_type}} {{namespace}}/{{workload}}"
     # The nodes of the selected pods (of the selected workloads): their neighbours' nodes.
+    # A pod's process counters or its cgroup's: a pod whose processes never outlive a pass
+    # has the latter alone.
     nodes = (
-        f"group by (node) (\n  procdelta_on_cpu_nanos_total{{{POD}}}\n"
+        f"group by (node) (\n  (\n    procdelta_on_cpu_nanos_total{{{POD}}}\n"
+        f"    or\n    procdelta_cgroup_cpu_nanos_total{{{POD}}}\n  )\n"
         "  and on (namespace, pod)\n"
         f"  namespace_workload_pod:procdelta_pod_owner:relabel{{{WORKLOAD}}}\n)"
     )

@@ -207,6 +207,46 @@ def set_variables(query: str, window: str = "15s", **chosen: str) -> str:
     return query
 
 
+def test_neighbours_are_those_of_the_selected_pods_nodes(tmp_path):
+    """The neighbours panel, evaluated by promtool over the rules on two nodes: a pod chosen
+    whose processes never outlive a pass (cgroup counters alone) still has its node's pods
+    as neighbours, and a workload chosen, its pods' nodes only."""
+    model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
+    title = "Neighbours: cores used per pod on the selected pods' nodes"
+    (panel,) = [p for p in model["panels"] if p["title"] == title]
+    neighbours = panel["targets"][0]["expr"]
+
+    def series(metric: str, pod: str, node: str) -> dict:
+        labels = f'namespace="batch",pod="{pod}",uid="u-{pod}",job="procdelta",node="{node}"'
+        return {"series": f"{metric}{{{labels}}}", "values": "0+30000000000x20"}
+
+    def neighbours_of(**chosen: str) -> dict:
+        expr = f"count by (node, namespace, pod) ({set_variables(neighbours, '5m', **chosen)})"
+        on_n1 = [
+            {"labels": f'{{namespace="batch",node="n1",pod="{pod}"}}', "value": 1}
+            for pod in ("q", "r")
+        ]
+        return {"expr": expr, "eval_time": "10m", "exp_samples": on_n1}
+
+    tests = tmp_path / "neighbours.test.yml"
+    case = {
+        "interval": "1m",
+        "input_series": [
+            series("procdelta_cgroup_cpu_nanos_total", "q", "n1"),
+            series("procdelta_on_cpu_nanos_total", "r", "n1"),
+            series("procdelta_on_cpu_nanos_total", "s", "n2"),
+        ],
+        "promql_expr_test": [neighbours_of(pod="q"), neighbours_of(workload="q")],
+    }
+    tests.write_text(
+        yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [case]})
+    )
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(tests)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def recording_rule_queries() -> list[str]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return [r["expr"] for g in groups for r in g["rules"] if "record" in r]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,8 +206,7 @@ def test_options_reach_the_pod():
     assert volume["secret"] == {"secretName": "procdelta-web"}
     assert container["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
     assert container["resources"]["limits"]["memory"] == "192Mi"
-    monitor = only(objects, "ServiceMonitor")
-    (endpoint,) = monitor["spec"]["endpoints"]
+    (endpoint,) = only(objects, "PodMonitor")["spec"]["podMetricsEndpoints"]
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"]["serverName"] == "procdelta"
 
@@ -228,7 +228,7 @@ def test_monitors_select_procdeltas_service_and_pods():
     objects = render(VALUES["all-on"])
     service = only(objects, "Service")
     pod_labels = only(objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
-    monitor, pod_monitor = only(objects, "ServiceMonitor"), only(objects, "PodMonitor")
+    monitor, pod_monitor = only(objects, "ServiceMonitor"), only(render(PODMONITOR), "PodMonitor")
     for found in (monitor, pod_monitor):
         assert found["apiVersion"] == "monitoring.coreos.com/v1"
         assert found["metadata"]["labels"]["release"] == "kps"
@@ -245,7 +245,7 @@ def test_monitors_select_procdeltas_service_and_pods():
         "sourceLabels": ["__meta_kubernetes_pod_node_name"],
         "targetLabel": "node",
     }
-    assert endpoint["relabelings"][1]["targetLabel"] == "instance"
+    assert endpoint["relabelings"][2]["targetLabel"] == "instance"
     assert endpoint["metricRelabelings"][0]["action"] == "drop"
     (pod_endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
     assert pod_endpoint["port"] == "metrics"
@@ -253,6 +253,91 @@ def test_monitors_select_procdeltas_service_and_pods():
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert policy["spec"]["egress"] == []
     assert policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+
+
+# all-on's values with the PodMonitor in place of the ServiceMonitor
+PODMONITOR = {
+    **VALUES["all-on"],
+    "prometheus": {
+        "monitor": {"enabled": False},
+        "podMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}},
+    },
+}
+
+
+def relabel(labels: dict[str, str], configs: list[dict]) -> dict[str, str]:
+    """A target's labels through the Operator's relabelings (the actions the chart uses)."""
+    labels = dict(labels)
+    for config in configs:
+        action = config.get("action", "replace")
+        regex = re.compile(f"^(?:{config.get('regex', '(.*)')})$")
+        if action == "replace":
+            source = ";".join(labels.get(n, "") for n in config.get("sourceLabels", []))
+            match = regex.match(source)
+            if match:
+                value = match.expand(config.get("replacement", "$1").replace("$", "\\"))
+                if value:
+                    labels[config["targetLabel"]] = value
+                else:
+                    labels.pop(config["targetLabel"], None)
+        elif action == "labeldrop":
+            labels = {k: v for k, v in labels.items() if not regex.match(k)}
+        else:
+            raise NotImplementedError(action)
+    return labels
+
+
+def scraped(target: dict[str, str], series: dict[str, str]) -> dict[str, str]:
+    """A scraped series' labels as Prometheus stores them (honor_labels false): a target
+    label the series has too wins, the series' own renamed `exported_<name>`."""
+    kept = {k: v for k, v in target.items() if not k.startswith("__")}
+    stored = {(f"exported_{k}" if k in kept else k): v for k, v in series.items()}
+    return {**stored, **kept}
+
+
+@pytest.mark.parametrize("values", ["all-on", "podmonitor"])
+def test_monitors_keep_the_counted_pods_namespace_and_pod(values):
+    """The Operator labels each target with procdelta's own pod (`namespace`, `pod`,
+    `container`, before the monitor's relabelings); the monitors drop those, so that the
+    series keep the namespace and pod procdelta counted, under their own names, and
+    `node`."""
+    objects = render(VALUES["all-on"] if values == "all-on" else PODMONITOR)
+    if values == "all-on":
+        (endpoint,) = only(objects, "ServiceMonitor")["spec"]["endpoints"]
+    else:
+        (endpoint,) = only(objects, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["relabelings"][:2] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
+        {"action": "labeldrop", "regex": "(namespace|pod|container)"},
+    ]
+    target = {
+        "__address__": "10.0.0.7:9746",
+        "__meta_kubernetes_namespace": "procdelta",
+        "__meta_kubernetes_pod_name": "procdelta-abc",
+        "__meta_kubernetes_pod_node_name": "n1",
+        "job": "procdelta",
+        "instance": "10.0.0.7:9746",
+        "namespace": "procdelta",
+        "pod": "procdelta-abc",
+        "container": "procdelta",
+        "service": "procdelta",
+        "endpoint": "metrics",
+    }
+    series = {"namespace": "shop", "pod": "web-a", "container": "app", "uid": "u-web-a"}
+    stored = scraped(relabel(target, endpoint["relabelings"]), series)
+    assert stored.items() >= {**series, "node": "n1", "job": "procdelta"}.items()
+    assert not [k for k in stored if k.startswith("exported_")]
+    # a series of no pod (a process outside pods) gets none of procdelta's own
+    assert not {"namespace", "pod", "container"} & set(
+        scraped(relabel(target, endpoint["relabelings"]), {"cgroup": "/system.slice/x"})
+    )
+
+
+def test_monitors_exclude_each_other():
+    """Both monitors would scrape every series twice (every sum doubled): refused."""
+    both = {"prometheus": {"monitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+    with pytest.raises(Exception, match="enable one"):
+        render(both)
 
 
 def test_dashboard_configmap_is_the_dashboard():

@@ -66,7 +66,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $image }}
 {{- end }}
 
-{{/* The endpoint of a ServiceMonitor or PodMonitor: one port, the node's name as `node`. */}}
+{{/*
+The endpoint of a ServiceMonitor or PodMonitor: one port, the node's name as `node`. The
+Operator labels every target with its own pod's `namespace`, `pod` and `container`; they
+are dropped, so that the series keep procdelta's (those of the pods it counts) rather than
+having them renamed `exported_namespace`, `exported_pod` and `exported_container`.
+*/}}
 {{- define "procdelta.endpoint" -}}
 port: metrics
 path: /metrics
@@ -88,6 +93,8 @@ basicAuth:
 relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
+  - action: labeldrop
+    regex: (namespace|pod|container)
   {{- with .relabelings }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -154,11 +161,15 @@ sum by (namespace, workload, workload_type) (
 )
 {{- end }}
 
-{{/* The pods procdelta saw over the rules' window: pod groups with process or cgroup counters. */}}
+{{/*
+The pods procdelta saw over the rules' window: pod groups with process or cgroup counters.
+A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is none: all
+such pods would be one nameless workload.
+*/}}
 {{- define "procdelta.seenPods" -}}
 group by (namespace, pod) (
-    present_over_time(procdelta_on_cpu_nanos_total{uid!=""}[5m])
+    present_over_time(procdelta_on_cpu_nanos_total{uid!="", pod!=""}[5m])
   or
-    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!=""}[5m])
+    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!="", pod!=""}[5m])
 )
 {{- end }}
