@@ -339,8 +339,7 @@ class CgroupFS:
             dirs[location.hierarchy] = (root, directory, inode, location)
         if not dirs:
             return None
-        every = self.whole_read_passes
-        if every is not None and whole_read_due(next(iter(dirs.values()))[2], self._passes, every):
+        if whole_read_due(next(iter(dirs.values()))[2], self._passes, self.whole_read_passes):
             previous = None  # read whole: nothing carried over
         identity: list[tuple[str, int]] = []
         usage: int | None = None

@@ -197,6 +197,22 @@ def _positive_interval(_ctx, _param, value: float) -> float:
     return value
 
 
+def _passes_group(default: float, help_text: str):
+    """The "Passes" heading of a command's help: its `--interval`."""
+    return cloup.option_group(
+        "Passes",
+        _option(
+            "--interval",
+            "interval",
+            type=float,
+            default=default,
+            show_default=True,
+            callback=_positive_interval,
+            help=help_text,
+        ),
+    )
+
+
 def run_once(
     engine: Engine,
     interval: float,
@@ -223,18 +239,7 @@ def cli() -> None:
 
 
 @cli.command()
-@cloup.option_group(
-    "Passes",
-    _option(
-        "--interval",
-        "interval",
-        type=float,
-        default=2.0,
-        show_default=True,
-        callback=_positive_interval,
-        help="Seconds between the two passes.",
-    ),
-)
+@_passes_group(2.0, "Seconds between the two passes.")
 @cloup.option_group(
     "Output",
     _option(
@@ -273,18 +278,7 @@ def once(options: Options, interval: float, output_format: str) -> None:
 
 
 @cli.command()
-@cloup.option_group(
-    "Passes",
-    _option(
-        "--interval",
-        "interval",
-        type=float,
-        default=15.0,
-        show_default=True,
-        callback=_positive_interval,
-        help="Seconds between passes.",
-    ),
-)
+@_passes_group(15.0, "Seconds between passes.")
 @cloup.option_group(
     "Web",
     _option(

@@ -221,6 +221,7 @@ class Reader:
         whole."""
         self._passes += 1
         passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
+        every = self.whole_read_passes
         current: dict[int, _Seen] = {}
         confirmed: set[int] = set()
 
@@ -242,7 +243,7 @@ class Reader:
             for pid, ino in listed:
                 previous = previous_pass.get(pid)
                 if (
-                    self._whole(pid, passes)
+                    whole_read_due(pid, passes, every)
                     or not known_since(previous, ino, pid in confirmed_before)
                     or not in_quiet_cgroup(previous, quiet)
                 ):
@@ -262,10 +263,6 @@ class Reader:
             return readings
         return replace(readings, carried=tuple(carried), carried_at_ns=at_ns)
 
-    def _whole(self, pid: int, passes: int) -> bool:
-        every = self.whole_read_passes
-        return every is not None and whole_read_due(pid, passes, every)
-
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""
         return self._read_process(pid, 0, None, False)[0].reading
@@ -277,7 +274,7 @@ class Reader:
         (read the same twice running, or carried since). `previous`: what the last pass
         saw of this PID. (A process of a quiet cgroup was carried by
         `read_pass` before this.)"""
-        whole = self._whole(pid, self._passes)
+        whole = whole_read_due(pid, self._passes, self.whole_read_passes)
         known = known_since(previous, ino, confirmed)
         probe = _NO_PROBE
         # Not after a read with no probe: that read took `stat` before its threads'

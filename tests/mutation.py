@@ -200,18 +200,18 @@ def _mutants() -> Iterator[Mutant]:
     yield m(
         "reading/bound-removed", READING,
         "    build,\n    whole_read_due,\n)",
-        "    build,\n)\n\n\ndef whole_read_due(key: int, passes: int) -> bool:\n    return False\n",
+        "    build,\n)\n\n\ndef whole_read_due(*_) -> bool:\n    return False\n",
         "no process is ever read whole: what a shortcut misses is never counted",
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-carry", READING,
-        "self._whole(pid, passes)\n                    or not known_since",
+        "whole_read_due(pid, passes, every)\n                    or not known_since",
         "not known_since",
         "a process of a quiet cgroup is carried forever, even when due to be read whole",
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-read", READING,
-        "whole = self._whole(pid, self._passes)",
+        "whole = whole_read_due(pid, self._passes, self.whole_read_passes)",
         "whole = False",
         "a process read, not carried, still takes every shortcut when due to be read whole",
     )  # fmt: skip
@@ -272,8 +272,8 @@ def _mutants() -> Iterator[Mutant]:
     # -- collector/cgroupfs.py: the cgroup reader's shortcuts ------------------------------
     yield m(
         "cgroupfs/bound-removed", CGROUPFS,
-        "if every is not None and whole_read_due(",
-        "if False and whole_read_due(",
+        "if whole_read_due(next(iter(dirs.values()))[2]",
+        "if False and whole_read_due(next(iter(dirs.values()))[2]",
         "no cgroup is ever read whole: a late period or a tiny stall is never counted",
     )  # fmt: skip
     yield m(
