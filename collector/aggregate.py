@@ -12,9 +12,8 @@ from collector.model import (
     CgroupFields,
     Fields,
     Malformed,
-    ProcessReading,
 )
-from collector.plainread import Footprint
+from collector.plainread import Carried, Footprint
 from collector.tracker import ProcessDelta
 
 
@@ -40,7 +39,7 @@ def group_pass(
     deltas: Iterable[ProcessDelta],
     footprints: Iterable[Footprint],
     grouper: Grouper,
-    carried: Iterable[ProcessReading] = (),
+    carried: Iterable[Carried] = (),
     carried_deltas: Mapping[bytes, list[int]] | None = None,
 ) -> Grouped:
     """Sum each process's delta and footprint into its group.
@@ -50,10 +49,10 @@ def group_pass(
     out of both and reported. For a non-pod group,
     the directories of its own cgroup are taken from its first process (docs/reference.md §7).
 
-    Processes carried over unread (`carried`, their deltas summed by cgroup file in
-    `carried_deltas`, see `Tracker.advance`) are summed by cgroup file first, then into
-    their groups: one group lookup per cgroup, not per process. Their cgroup files parsed
-    when they were last read.
+    Processes carried over unread (`carried`, one block per cgroup file with its own
+    footprint sums; their deltas summed by cgroup file in `carried_deltas`, see
+    `Tracker.advance`) are summed into their groups by block: one group lookup per
+    cgroup, not per process. Their cgroup files parsed when they were last read.
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
@@ -97,21 +96,13 @@ def group_pass(
         if group is None:  # dropped by --pods-only, unplaced, or its cgroup file is malformed
             continue
         interval_of(group).add(delta.fields)
-    by_cgroup: dict[bytes, list[int]] = {}  # [processes, threads, rss bytes]
-    for reading in carried:
-        block = by_cgroup.get(reading.cgroup)
-        if block is None:
-            block = by_cgroup[reading.cgroup] = [0, 0, 0]
-        block[0] += 1
-        block[1] += len(reading.threads)
-        block[2] += reading.rss_bytes
-    for cgroup, (processes, threads, rss_bytes) in by_cgroup.items():
-        group = grouper.group_of(cgroup)
+    for block in carried:
+        group = grouper.group_of(block.cgroup)
         if group is not None:
-            footprint = footprint_of(group, cgroup)
-            footprint.processes += processes
-            footprint.threads += threads
-            footprint.rss_bytes += rss_bytes
+            footprint = footprint_of(group, block.cgroup)
+            footprint.processes += len(block.readings)
+            footprint.threads += block.threads
+            footprint.rss_bytes += block.rss_bytes
     for cgroup, (processes, observed) in (carried_deltas or {}).items():
         group = grouper.group_of(cgroup)
         if group is not None:

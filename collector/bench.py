@@ -95,7 +95,10 @@ def _pass_worker(options: str) -> None:
     answers its CPU and wall seconds; the end of its input ends it. A process of its own,
     as in a running collector: its garbage collector scans its own objects only
     (variants sharing one process would each pay for scanning the others' caches)."""
-    action = naive_pass if not options else build_engine(Options(**json.loads(options))).run_pass
+    if options:  # as `serve` builds it
+        action = build_engine(Options(**json.loads(options)), freeze_gc=True).run_pass
+    else:
+        action = naive_pass
     for _ in sys.stdin:
         sample = _measure(action)
         print(sample.cpu, sample.wall, flush=True)

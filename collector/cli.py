@@ -327,7 +327,7 @@ def serve(
             f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
             "/ and /healthz"
         )
-    engine = build_engine(options)
+    engine = build_engine(options, freeze_gc=True)
     loop = PassLoop(engine, interval, shapes=options.shapes, cpus=node_cpus(options))
     try:
         server = make_server(listen_address, loop, telemetry_path, web)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -57,6 +57,19 @@ class Footprint(NamedTuple):
     rss_bytes: int
 
 
+class Carried(NamedTuple):
+    """The processes of one cgroup carried over unread, as a block (collector/reading.py):
+    their cgroup did not run, so no file of theirs was read. `readings`: each process's
+    last reading, the very object, by PID. The footprint sums are the block's own, kept
+    with it: a block that stands from pass to pass is the same object, summed in O(1)
+    (`Tracker.advance`, `group_pass`)."""
+
+    cgroup: bytes  # the `cgroup` file every one of them read when last read
+    readings: Mapping[int, ProcessReading]
+    threads: int
+    rss_bytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class PassReadings:
     """Everything one pass read. `listed_at_ns` is the instant the pass began listing."""
@@ -69,20 +82,22 @@ class PassReadings:
     denied: int
     # Carried over, their cgroup quiet, no file of theirs read: their last readings, the
     # very objects, which stand for `carried_at_ns` (their own `at_ns` is when they were
-    # read). Their footprints are their own fields (collector/aggregate.py sums them by
-    # cgroup).
-    carried: tuple[ProcessReading, ...] = ()
+    # read), in one block per cgroup. Their footprints are their own fields
+    # (collector/aggregate.py sums them by block).
+    carried: tuple[Carried, ...] = ()
     carried_at_ns: int | None = None
 
     @property
     def carried_by_cgroup(self) -> int:
         """The processes of which this pass read no file: their cgroup had not run."""
-        return len(self.carried)
+        return sum(len(block.readings) for block in self.carried)
 
     @property
     def every_process(self) -> tuple[ProcessReading, ...]:
         """The processes read and the processes carried: what a plain reader reads."""
-        return self.processes + self.carried if self.carried else self.processes
+        if not self.carried:
+            return self.processes
+        return self.processes + tuple(r for b in self.carried for r in b.readings.values())
 
 
 class Unreadable(ProcError):

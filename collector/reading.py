@@ -17,7 +17,7 @@ what a shortcut missed is counted at that read: at most that many passes late, n
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -40,6 +40,7 @@ from collector.parse import (
     parse_status_switches,
 )
 from collector.plainread import (
+    Carried,
     Clock,
     Footprint,
     PassReadings,
@@ -49,8 +50,8 @@ from collector.plainread import (
 )
 from collector.procfs import ProcFS
 
-__all__ = ["WHOLE_READ_PASSES", "Footprint", "PassReadings", "Reader", "Unreadable",
-           "boottime_ns"]  # fmt: skip
+__all__ = ["WHOLE_READ_PASSES", "Carried", "Footprint", "PassReadings", "Reader",
+           "Unreadable", "boottime_ns"]  # fmt: skip
 
 
 class _ThreadSeen(NamedTuple):
@@ -89,6 +90,36 @@ class _Threads(NamedTuple):
     seen: list[_ThreadSeen]
     ran: int
     io_totals: IOBytes | None
+
+
+class _Block(NamedTuple):
+    """The processes of one cgroup carried over together (`Carried`), with what the next
+    pass needs to carry them again without a look at each: the inode of each one's
+    `<pid>` directory, and which of them each pass reads whole (by PID modulo K)."""
+
+    carried: Carried
+    inos: dict[int, int]  # pid → inode of its `<pid>` directory when it was last listed
+    due: dict[int, list[int]]  # pid % K → those PIDs (empty where there is no bound)
+
+    @staticmethod
+    def of(cgroup: bytes, members: dict[int, tuple[int, ProcessReading]], every: int | None):
+        """A block of `members` (pid → (inode, last reading)), all of cgroup `cgroup`."""
+        readings = {pid: reading for pid, (_, reading) in members.items()}
+        due: dict[int, list[int]] = {}
+        if every is not None:
+            for pid in readings:
+                due.setdefault(pid % every, []).append(pid)
+        carried = Carried(
+            cgroup,
+            readings,
+            sum(len(r.threads) for r in readings.values()),
+            sum(r.rss_bytes for r in readings.values()),
+        )
+        return _Block(carried, {pid: ino for pid, (ino, _) in members.items()}, due)
+
+    def members(self) -> dict[int, tuple[int, ProcessReading]]:
+        readings = self.carried.readings
+        return {pid: (ino, readings[pid]) for pid, ino in self.inos.items()}
 
 
 _NO_PROBE = _Probe(None, {}, False)
@@ -173,6 +204,23 @@ def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
     return quiet(previous.reading.cgroup)
 
 
+def block_stands(
+    block: _Block, listed: ItemsView[int, int], quiet: Callable[[bytes], bool]
+) -> bool:
+    """Whether the processes carried last pass as one block may be carried again as one,
+    without a look at each: every one of them is listed now under the same `<pid>` inode,
+    and their cgroup is quiet.
+
+    This is `known_since` and `in_quiet_cgroup` for each of them at once: a block only
+    ever holds processes that passed both (carried one by one, then kept together), none
+    of them read since, so each one's cgroup is still settled and the same; the inodes
+    (one set comparison, `listed` being this pass's listing) prove each the same process
+    as last pass's. A member gone, or listed under a new inode, and the block is looked
+    at process by process, as any carried process is.
+    """
+    return block.inos.items() <= listed and quiet(block.carried.cgroup)
+
+
 class Reader:
     """Reads every process of a `ProcFS`, stamping each reading with `clock()`, reading
     less where a shortcut above proves the answer:
@@ -207,8 +255,11 @@ class Reader:
         self.whole_read_passes = whole_read_passes
         self.clock = clock
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
+        # What the last pass saw of each process, and which PIDs have a settled cgroup;
+        # both kept in place from pass to pass (a carried process's entry untouched)
         self._previous: dict[int, _Seen] = {}
         self._confirmed: set[int] = set()  # PIDs whose cgroup read the same twice running
+        self._blocks: dict[bytes, _Block] = {}  # last pass's carried blocks, by cgroup
         self._passes = 0
 
     def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
@@ -217,51 +268,98 @@ class Reader:
         `in_quiet_cgroup`); its known processes are then carried over unread: their last
         readings, the very objects, stand for one instant (`carried_at_ns`: any instant
         of the pass is theirs, nothing of theirs moved in it), and come back apart from
-        the processes read (`PassReadings.carried`). Those due to be read whole are read
-        whole."""
+        the processes read, one block per cgroup (`PassReadings.carried`). Last pass's
+        block of a cgroup still quiet is carried as it is where `block_stands`, less its
+        processes due to be read whole, which are read whole: an idle pod costs a look at
+        its block, not at each of its processes."""
         self._passes += 1
-        passes, previous_pass, confirmed_before = self._passes, self._previous, self._confirmed
-        every = self.whole_read_passes
-        current: dict[int, _Seen] = {}
-        confirmed: set[int] = set()
+        previous_pass, confirmed = self._previous, self._confirmed
+        listed_at = self.clock()
+        listed = self.procfs.processes()
+        present = dict(listed)
+        gone = previous_pass.keys() - present.keys()
+        for pid in gone:
+            del previous_pass[pid]
+        confirmed.difference_update(gone)
 
         def read(pid: int, ino: int) -> ProcessReading:
+            was_confirmed = pid in confirmed
+            confirmed.discard(pid)
             seen, cgroup_confirmed = self._read_process(
-                pid, ino, previous_pass.get(pid), pid in confirmed_before
+                pid, ino, previous_pass.pop(pid, None), was_confirmed
             )
-            current[pid] = seen
+            previous_pass[pid] = seen
             if cgroup_confirmed:
                 confirmed.add(pid)
             return seen.reading
 
-        listed_at = self.clock()
-        listed = self.procfs.processes()
-        carried: list[ProcessReading] = []
+        blocks: dict[bytes, _Block] = {}
         if quiet is not None:
-            rest = []
-            at_ns = None  # the carried processes' instant, read at the first of them
-            for pid, ino in listed:
-                previous = previous_pass.get(pid)
-                if (
-                    whole_read_due(pid, passes, every)
-                    or not known_since(previous, ino, pid in confirmed_before)
-                    or not in_quiet_cgroup(previous, quiet)
-                ):
-                    rest.append((pid, ino))
-                    continue
-                if at_ns is None:
-                    at_ns = self.clock()
-                # its last sighting stands, its reading for `at_ns` (its `ran` is older
-                # than this pass: at worst a whole read where a probe would do)
-                current[pid] = previous
-                confirmed.add(pid)
-                carried.append(previous.reading)
-            listed = rest
+            listed = self._carry_blocks(listed, present, quiet, blocks)
+        self._blocks = blocks
+        carried_at = self.clock() if blocks else None
         readings = collect(listed_at, listed, read)
-        self._previous, self._confirmed = current, confirmed
-        if not carried:
+        if not blocks:
             return readings
-        return replace(readings, carried=tuple(carried), carried_at_ns=at_ns)
+        carried = tuple(block.carried for block in blocks.values())
+        return replace(readings, carried=carried, carried_at_ns=carried_at)
+
+    def _carry_blocks(
+        self,
+        listed: list[tuple[int, int]],
+        present: dict[int, int],
+        quiet: Callable[[bytes], bool],
+        blocks: dict[bytes, _Block],
+    ) -> list[tuple[int, int]]:
+        """Fill `blocks` with this pass's carried processes, by cgroup; what is left to read.
+
+        Last pass's blocks that stand (`block_stands`) are kept, less their processes due
+        to be read whole; then each listed process not in one is carried where it is
+        known (`known_since`), in a quiet cgroup (`in_quiet_cgroup`) and not due to be
+        read whole, into its cgroup's block."""
+        passes, every, previous_pass = self._passes, self.whole_read_passes, self._previous
+        kept: set[int] = set()
+        due_now = None if every is None else -passes % every  # pid % K of those due
+        listed_items = present.items()
+        for cgroup, block in self._blocks.items():
+            if not block_stands(block, listed_items, quiet):
+                continue
+            due = block.due.get(due_now) if due_now is not None else None
+            if due:  # read whole this pass, apart from the block
+                members = block.members()
+                for pid in due:
+                    del members[pid]
+                if not members:
+                    continue
+                block = _Block.of(cgroup, members, every)
+            blocks[cgroup] = block
+            kept.update(block.inos)
+        rest = [entry for entry in listed if entry[0] not in kept] if kept else listed
+        confirmed = self._confirmed
+        to_read: list[tuple[int, int]] = []
+        joining: dict[bytes, dict[int, tuple[int, ProcessReading]]] = {}
+        for pid, ino in rest:
+            previous = previous_pass.get(pid)
+            if (
+                whole_read_due(pid, passes, every)
+                or not known_since(previous, ino, pid in confirmed)
+                or not in_quiet_cgroup(previous, quiet)
+            ):
+                to_read.append((pid, ino))
+                continue
+            # its last sighting stands, its reading for this pass's carried instant (its
+            # `ran` is older than this pass: at worst a whole read where a probe would do)
+            cgroup = previous.reading.cgroup
+            members = joining.get(cgroup)
+            if members is None:
+                members = joining[cgroup] = {}
+            members[pid] = (ino, previous.reading)
+        for cgroup, members in joining.items():
+            block = blocks.get(cgroup)
+            blocks[cgroup] = _Block.of(
+                cgroup, members if block is None else block.members() | members, every
+            )
+        return to_read
 
     def read_process(self, pid: int) -> ProcessReading:
         """One process, whole, from scratch. Raises ProcessGone, or Unreadable."""

@@ -8,11 +8,12 @@ so the cache is bounded by the process table.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
+from collector.plainread import Carried
 
 
 class ProcessDelta(NamedTuple):
@@ -57,10 +58,17 @@ class Tracker:
 
     def __init__(self, hz: int):
         self.hz = hz
-        self._cache: dict[int, ProcessReading] = {}  # its threads are the thread cache
+        # One reading per PID (its threads are the thread cache), kept in place from pass
+        # to pass: a PID no pass sees is dropped, a carried process's entry is untouched.
+        self._cache: dict[int, ProcessReading] = {}
         # The instant a cached reading stands for, where it is not its own `at_ns`: a
-        # reading carried over unread stands for the pass that carried it.
-        self._carried_at: dict[int, int] = {}
+        # reading carried over unread stands for the last pass that carried it. A cell
+        # (`[ns]`), one per carried block, shared by its processes: a block carried
+        # again moves every one of theirs at once.
+        self._since: dict[int, list[int]] = {}
+        # Last pass's carried blocks, by cgroup: the readings mapping accepted (the
+        # reader's own object, where it accepted all of it) and the block's cell.
+        self._blocks: dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]] = {}
         self._previous_listing_ns: int | None = None
 
     @property
@@ -88,52 +96,34 @@ class Tracker:
         self,
         readings: Iterable[ProcessReading],
         listed_at_ns: int,
-        carried: Iterable[ProcessReading] = (),
+        carried: Iterable[Carried] = (),
         carried_at_ns: int | None = None,
     ) -> Advance:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
 
-        `carried`: readings the reader carried over (`PassReadings.carried`): last pass's
-        very readings, which stand for `carried_at_ns`. Each gives the delta of a process
-        that did not run — processes 1, its observed time, every
-        other field 0 — summed by cgroup file into `Advance.carried` rather than one
-        `ProcessDelta` each; one that is not such a continuation is guarded like any
-        reading."""
+        `carried`: the blocks the reader carried over (`PassReadings.carried`): last
+        pass's very readings, which stand for `carried_at_ns`. Each gives the delta of a
+        process that did not run — processes 1, its observed time, every other field 0 —
+        summed by cgroup file into `Advance.carried` rather than one `ProcessDelta` each;
+        one that is not such a continuation is guarded like any reading.
+
+        A block carried last pass and given again as the same object is such a
+        continuation as a whole (each of its readings was checked when it joined, and
+        none was given since): its observed time is its processes times the span since
+        its cell's instant, in O(1). Any other block is checked process by process."""
         result = Advance()
-        cache: dict[int, ProcessReading] = {}
-        previous = self._cache
-        carried_before = self._carried_at
-        carried_at: dict[int, int] = {}
-        blocks = result.carried
+        cache, since_of = self._cache, self._since
+        alive: set[int] = set()
         others: list[ProcessReading] = []
-        for reading in carried:
-            pid = reading.pid
-            old = previous.get(pid)
-            if old is None:
-                others.append(reading)
-                continue
-            if reading is not old:
-                others.append(reading)
-                continue
-            if carried_at_ns is None:
-                raise ValueError("readings carried as they were need carried_at_ns")
-            at_ns = carried_at_ns
-            since_ns = carried_before.get(pid, old.at_ns)
-            if at_ns < since_ns:
-                others.append(reading)
-                continue
-            cache[pid] = reading
-            if at_ns != reading.at_ns:
-                carried_at[pid] = at_ns
-            block = blocks.get(reading.cgroup)
-            if block is None:
-                block = blocks[reading.cgroup] = [0, 0]
-            block[0] += 1
-            block[1] += at_ns - since_ns
+        blocks = self._continue_blocks(carried, carried_at_ns, result.carried, others, alive)
         if others:
             readings = [*readings, *others]
         for reading in readings:
-            old = previous.get(reading.pid)
+            pid = reading.pid
+            alive.add(pid)
+            old = cache.get(pid)
+            cell = since_of.pop(pid, None)
+            cache[pid] = reading
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
@@ -141,10 +131,9 @@ class Tracker:
             else:
                 old_threads = old.threads if same_process else ()
                 thread_sums, thread_refusals = self._guard_threads(reading, old_threads)
-            cache[reading.pid] = reading
 
             if old is not None and same_process:
-                since_ns = carried_before.get(reading.pid, old.at_ns)
+                since_ns = old.at_ns if cell is None else cell[0]
                 if _process_fell(reading, old, since_ns):
                     result.refused["counter_fell"] += 1
                     continue
@@ -176,10 +165,66 @@ class Tracker:
             result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
-        self._cache = cache
-        self._carried_at = carried_at
+        for pid in cache.keys() - alive:  # not seen this pass: gone
+            del cache[pid]
+            since_of.pop(pid, None)
+        self._blocks = blocks
         self._previous_listing_ns = listed_at_ns
         return result
+
+    def _continue_blocks(
+        self,
+        carried: Iterable[Carried],
+        at_ns: int | None,
+        sums: dict[bytes, list[int]],
+        others: list[ProcessReading],
+        alive: set[int],
+    ) -> dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]]:
+        """Sum each carried block into `sums` ([processes, observed ns] by cgroup file);
+        readings that are no continuation of their cached one go to `others`, to be
+        guarded as read. Every PID carried is added to `alive`. This pass's blocks."""
+        cache, since_of, before = self._cache, self._since, self._blocks
+        blocks: dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]] = {}
+        for block in carried:
+            if at_ns is None:
+                raise ValueError("readings carried as they were need carried_at_ns")
+            members = block.readings
+            alive.update(members)
+            last = before.get(block.cgroup)
+            if last is not None and last[0] is members and last[1][0] <= at_ns:
+                cell = last[1]  # the same block, every reading in it accepted last pass
+                count, observed = len(members), len(members) * (at_ns - cell[0])
+                cell[0] = at_ns
+                blocks[block.cgroup] = last
+            else:
+                cell, accepted, observed = [at_ns], {}, 0
+                for pid, reading in members.items():
+                    old = cache.get(pid)
+                    if old is None or reading is not old:
+                        others.append(reading)
+                        continue
+                    since = since_of.get(pid)
+                    since_ns = old.at_ns if since is None else since[0]
+                    if at_ns < since_ns:
+                        others.append(reading)
+                        continue
+                    observed += at_ns - since_ns
+                    since_of[pid] = cell
+                    accepted[pid] = reading
+                count = len(accepted)
+                if not count:
+                    continue
+                blocks[block.cgroup] = (
+                    members if count == len(members) else accepted,
+                    cell,
+                )
+            total = sums.get(block.cgroup)
+            if total is None:
+                sums[block.cgroup] = [count, observed]
+            else:
+                total[0] += count
+                total[1] += observed
+        return blocks
 
     def _guard_threads(
         self,

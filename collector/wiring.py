@@ -47,12 +47,16 @@ class Options:
 
 
 def build_engine(
-    options: Options, clock: Callable[[], int] = boottime_ns, hz: int | None = None
+    options: Options,
+    clock: Callable[[], int] = boottime_ns,
+    hz: int | None = None,
+    freeze_gc: bool = False,
 ) -> Engine:
     """Wire the layers for a run: ProcFS → Reader → Tracker → Grouper → Engine, and
     CgroupFS beside them unless the cgroup fields are off. Where this process runs in a
     cgroup namespace of its own, the Grouper reads paths through where its root sits on
-    the host (collector/cgroupns.py), found here, once."""
+    the host (collector/cgroupns.py), found here, once. `freeze_gc`: for a process that
+    runs passes for good (`serve`; see `collector.engine._cyclic_gc_paused`)."""
     every = options.whole_read_passes
     reader = Reader(ProcFS(options.procfs), clock=clock, whole_read_passes=every)
     tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
@@ -70,7 +74,13 @@ def build_engine(
         namespace=cgroupns.locate(options.procfs, hierarchies),
     )
     return Engine(
-        reader, tracker, grouper, Totals(), cgroupfs=cgroupfs, skip_quiet=options.skip_quiet
+        reader,
+        tracker,
+        grouper,
+        Totals(),
+        cgroupfs=cgroupfs,
+        skip_quiet=options.skip_quiet,
+        freeze_gc=freeze_gc,
     )
 
 

@@ -205,9 +205,27 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-carry", READING,
-        "whole_read_due(pid, passes, every)\n                    or not known_since",
+        "whole_read_due(pid, passes, every)\n                or not known_since",
         "not known_since",
         "a process of a quiet cgroup is carried forever, even when due to be read whole",
+    )  # fmt: skip
+    yield m(
+        "reading/bound-removed-from-block", READING,
+        "due = block.due.get(due_now) if due_now is not None else None",
+        "due = None",
+        "a quiet cgroup's block is carried whole forever: none of it ever read whole",
+    )  # fmt: skip
+    yield m(
+        "reading/block_stands-inode-dropped", READING,
+        "return block.inos.items() <= listed and quiet(block.carried.cgroup)",
+        "return quiet(block.carried.cgroup)",
+        "a block carried on though a process of it exited or its PID now names a new one",
+    )  # fmt: skip
+    yield m(
+        "reading/block_stands-quiet-dropped", READING,
+        "return block.inos.items() <= listed and quiet(block.carried.cgroup)",
+        "return block.inos.items() <= listed",
+        "a block carried on unread after its cgroup ran",
     )  # fmt: skip
     yield m(
         "reading/bound-removed-from-read", READING,
@@ -457,8 +475,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/carried-identity-dropped", TRACKER,
-        "if reading is not old:",
-        "if False:",
+        "if old is None or reading is not old:",
+        "if old is None:",
         "a carried reading that is not the cached one is summed as a zero delta, not guarded",
     )  # fmt: skip
     yield m(
@@ -469,9 +487,27 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/carried-instant-ignored", TRACKER,
-        "since_ns = carried_before.get(reading.pid, old.at_ns)",
+        "since_ns = old.at_ns if since is None else since[0]",
+        "since_ns = old.at_ns",
+        "a process carried in a new block counts from its last reading, not its last carry",
+    )  # fmt: skip
+    yield m(
+        "tracker/read-after-carry-instant-ignored", TRACKER,
+        "since_ns = old.at_ns if cell is None else cell[0]",
         "since_ns = old.at_ns",
         "a process read after being carried counts the carried span twice",
+    )  # fmt: skip
+    yield m(
+        "tracker/block-identity-dropped", TRACKER,
+        "if last is not None and last[0] is members and last[1][0] <= at_ns:",
+        "if last is not None and last[1][0] <= at_ns:",
+        "a changed block summed whole: a reading that joined it never checked against the cache",
+    )  # fmt: skip
+    yield m(
+        "tracker/block-instant-check-dropped", TRACKER,
+        "if last is not None and last[0] is members and last[1][0] <= at_ns:",
+        "if last is not None and last[0] is members:",
+        "a block carried again at an earlier instant gives a negative observed time",
     )  # fmt: skip
     # -- collector/cgroupguard.py: the cgroup guard ----------------------------------------
     yield m(

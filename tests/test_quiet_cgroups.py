@@ -288,3 +288,45 @@ def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
     assert whole.rss_bytes == 40 * 4096
     # the other four (B does not run in this test) were carried
     assert fast.reader.last.carried_by_cgroup == 4
+
+
+def test_a_block_whose_process_exited_or_whose_pid_names_a_new_one_is_looked_at_again(
+    tmp_path,
+):
+    """A quiet pod's processes are carried as one block from pass to pass, without a look
+    at each. One of them exits and its PID names a new process in the same pod (a new
+    `<pid>` directory), the pod's usage scripted still; then one exits for good. Each
+    time the block is looked at process by process: the new process is read, the gone
+    one is not carried, and the readings are the plain reader's."""
+    node = Node(tmp_path)
+    (fast, counting), (full, _) = (
+        node.engine(True, ScriptedClock()),
+        node.engine(False, ScriptedClock()),
+    )
+
+    def both() -> set[int]:
+        counting.by_pid.clear()
+        fast.run_pass()
+        full.run_pass()
+        assert comparable(fast.reader.last.every_process) == comparable(
+            full.reader.last.every_process
+        )
+        return {pid for (pid, _), n in counting.by_pid.items() if n}
+
+    for _ in range(4):  # A's two processes carried, as a block from the fourth pass
+        read = both()
+    assert not read & {IDLE_A, IDLE_A2}
+    # IDLE_A2 exits; a new process takes its PID, in pod A: a new `<pid>` directory
+    os.rename(node.proc / str(IDLE_A2), tmp_path / "exited")  # its inode stays taken
+    node.processes[1] = dataclasses.replace(
+        process(IDLE_A2, f"{A}/{CID}"), comm="reused", start_ticks=300
+    )
+    node.write()
+    assert IDLE_A2 in both()
+    both()
+    # and now for good: A's block holds a process no longer listed
+    del node.processes[1]
+    node.write()
+    both()
+    carried = {pid for block in fast.reader.last.carried for pid in block.readings}
+    assert carried == {IDLE_A, RUNS_B, IDLE_S}  # B does not run in this test

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from collector.model import ProcessReading, ThreadReading
+from collector.plainread import Carried
 from collector.tracker import Tracker
 
 HZ = 100
@@ -34,6 +35,17 @@ def proc(pid, start, at, user=0, system=0, faults=0, threads=None) -> ProcessRea
         cgroup=b"0::/\n",
         threads=tuple(threads),
     )
+
+
+def carry(*readings: ProcessReading) -> list[Carried]:
+    """The readings as the reader carries them: one block per cgroup file."""
+    by_cgroup: dict[bytes, dict[int, ProcessReading]] = {}
+    for reading in readings:
+        by_cgroup.setdefault(reading.cgroup, {})[reading.pid] = reading
+    return [
+        Carried(cgroup, members, sum(len(r.threads) for r in members.values()), 0)
+        for cgroup, members in by_cgroup.items()
+    ]
 
 
 @dataclass
@@ -337,7 +349,7 @@ def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
     # pass 2: 10 and 20 carried at 160 s; 30 too, but its user time moved; 40's reading
     # is an equal copy, not the reading itself: neither is a carry
     copy = proc(40, 5_000, 100 * SEC)
-    carried = [a, b, proc(30, 5_000, 160 * SEC, user=2), copy]
+    carried = carry(a, b, proc(30, 5_000, 160 * SEC, user=2), copy)
     outcome = tracker.advance([], 160 * SEC, carried, 160 * SEC)
     assert outcome.carried == {b"0::/\n": [1, 60 * SEC], b"0::/other\n": [1, 60 * SEC]}
     thirty, forty = outcome.deltas  # guarded: a moved stat, and a copy with nothing moved
@@ -345,7 +357,7 @@ def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
     assert forty.reading.pid == 40 and forty.fields.observed_nanos == 0
     assert tracker.tracked_processes == 4
     # pass 3: carried again, from the carried readings' instant
-    outcome = tracker.advance([], 200 * SEC, [a], 200 * SEC)
+    outcome = tracker.advance([], 200 * SEC, carry(a), 200 * SEC)
     assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
     assert tracker.tracked_processes == 1  # the others were not seen
 
@@ -357,15 +369,57 @@ def test_a_reading_carried_as_it_was_stands_for_the_instant_it_was_carried():
     tracker = Tracker(HZ)
     a = proc(10, start=5_000, at=100 * SEC, user=3)
     tracker.advance([a], 100 * SEC)
-    assert tracker.advance([], 160 * SEC, [a], 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
-    assert tracker.advance([], 200 * SEC, [a], 200 * SEC).carried == {b"0::/\n": [1, 40 * SEC]}
+    block = carry(a)
+    assert tracker.advance([], 160 * SEC, block, 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
+    assert tracker.advance([], 200 * SEC, block, 200 * SEC).carried == {b"0::/\n": [1, 40 * SEC]}
     # read again (it ran): its interval starts at the last carry, not at its reading's 100 s
     ran = proc(10, start=5_000, at=250 * SEC, user=5)
     (delta,) = tracker.advance([ran], 250 * SEC).deltas
     assert delta.fields.observed_nanos == 50 * SEC and delta.fields.cpu_user_nanos == 2 * TICK_NS
-    # a carry that would run backwards is refused, never a negative interval
-    tracker.advance([], 300 * SEC, [ran], 300 * SEC)
-    outcome = tracker.advance([], 290 * SEC, [ran], 290 * SEC)
+    # a carry that would run backwards is refused, never a negative interval: as the very
+    # block carried last pass, and as a new block
+    block = carry(ran)
+    tracker.advance([], 300 * SEC, block, 300 * SEC)
+    outcome = tracker.advance([], 290 * SEC, block, 290 * SEC)
+    assert outcome.carried == {} and outcome.refused == Counter(counter_fell=1)
+    tracker.advance([], 300 * SEC, carry(ran), 300 * SEC)
+    outcome = tracker.advance([], 290 * SEC, carry(ran), 290 * SEC)
     assert outcome.carried == {} and outcome.refused == Counter(counter_fell=1)
     with pytest.raises(ValueError):
-        tracker.advance([], 400 * SEC, [ran])
+        tracker.advance([], 400 * SEC, carry(ran))
+
+
+def test_a_block_carried_again_is_summed_whole_and_a_process_leaving_it_counts_from_it():
+    """The very block carried last pass, given again, is summed as a whole: its processes
+    times the span since its instant. A process of it read later (it ran) counts from the
+    block's last instant; the rest, carried as a new block, are checked one by one and
+    count from there too."""
+    tracker = Tracker(HZ)
+    a, b = proc(10, 5_000, 100 * SEC, user=3), proc(20, 5_000, 120 * SEC, user=1)
+    tracker.advance([a, b], 120 * SEC)
+    block = carry(a, b)
+    # joined one by one: each from its own last instant
+    assert tracker.advance([], 160 * SEC, block, 160 * SEC).carried == {b"0::/\n": [2, 100 * SEC]}
+    assert tracker.advance([], 200 * SEC, block, 200 * SEC).carried == {b"0::/\n": [2, 80 * SEC]}
+    ran = proc(10, 5_000, 250 * SEC, user=5)
+    outcome = tracker.advance([ran], 250 * SEC, carry(b), 250 * SEC)
+    assert outcome.carried == {b"0::/\n": [1, 50 * SEC]}
+    (delta,) = outcome.deltas
+    assert delta.fields.observed_nanos == 50 * SEC and delta.fields.cpu_user_nanos == 2 * TICK_NS
+    assert tracker.tracked_processes == 2
+
+
+def test_a_changed_block_is_checked_process_by_process():
+    """A block that is not the very one carried last pass — a process joined it — is
+    checked reading by reading: one that is not the cached reading is guarded as read,
+    never summed as a carry with the block's span."""
+    tracker = Tracker(HZ)
+    a, c = proc(10, 5_000, 100 * SEC), proc(30, 5_000, 100 * SEC, user=1)
+    tracker.advance([a, c], 100 * SEC)
+    assert tracker.advance([], 160 * SEC, carry(a), 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
+    moved = proc(30, 5_000, 200 * SEC, user=4)  # not 30's cached reading (it was not seen)
+    outcome = tracker.advance([], 200 * SEC, carry(a, moved), 200 * SEC)
+    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    assert [d.reading.pid for d in outcome.deltas] == [] and outcome.refused == Counter(
+        first_seen=1
+    )
