@@ -155,7 +155,11 @@ class GroupFamily:
         """The family's sample line for a group, b"" where the group has no value."""
         if value is None:
             return b""
-        return f"{self.name}{self.suffix}{_labels(group.labels)} {value}\n".encode()
+        return b"%s%s %d\n" % (
+            _name_bytes(self.name, self.suffix),
+            _label_bytes(group.labels),
+            value,
+        )
 
 
 SOURCES = ("intervals", "cgroup_intervals", "totals", "footprints")
@@ -387,6 +391,16 @@ def _labels(labels: Labels) -> str:
     return "{" + ",".join(f'{name}="{_escape_label(value)}"' for name, value in labels) + "}"
 
 
+@lru_cache(maxsize=65536)
+def _label_bytes(labels: Labels) -> bytes:
+    return _labels(labels).encode()
+
+
+@lru_cache(maxsize=256)
+def _name_bytes(name: str, suffix: str) -> bytes:
+    return (name + suffix).encode()
+
+
 def _sample_block(family: Family) -> bytes:
     """A family's sample lines: the same in both formats, so rendered once for both."""
     name = family.name
@@ -513,12 +527,16 @@ class _SourceLines:
             old_lines, old_position = self.lines, self.position
             self.position = {group: i for i, group in enumerate(order)}
             self.lines = []
+            known = [
+                (group, rows[group], before.get(group), old_position.get(group)) for group in order
+            ]
             for index, family in enumerate(families):
+                column = old_lines[index]
                 lines = [
-                    old_lines[index][old_position[group]]
-                    if before.get(group) == rows[group]
-                    else family.line(group, rows[group][index])
-                    for group in order
+                    column[at]
+                    if old is not None and old[index] == values[index]
+                    else family.line(group, values[index])
+                    for group, values, old, at in known
                 ]
                 self.lines.append(lines)
                 self.blocks[index] = b"".join(lines)
