@@ -8,8 +8,9 @@ so the cache is bounded by the process table.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import is_
 from typing import NamedTuple
 
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
@@ -107,10 +108,12 @@ class Tracker:
         summed by cgroup file into `Advance.carried` rather than one `ProcessDelta` each;
         one that is not such a continuation is guarded like any reading.
 
-        A block carried last pass and given again as the same object is such a
-        continuation as a whole (each of its readings was checked when it joined, and
-        none was given since): its observed time is its processes times the span since
-        its cell's instant, in O(1). Any other block is checked process by process."""
+        The processes a block shares with last pass's block of its cgroup, where their
+        readings are the very ones accepted there (each was checked when it joined, and
+        none was given since), are such continuations as a whole: their observed time
+        is their number times the span since the block's instant, and a block given
+        again as the same object costs O(1). A process joining a block is checked on its
+        own; one leaving it keeps the block's last instant as its own."""
         result = Advance()
         cache, since_of = self._cache, self._since
         alive: set[int] = set()
@@ -191,33 +194,49 @@ class Tracker:
             members = block.readings
             alive.update(members)
             last = before.get(block.cgroup)
-            if last is not None and last[0] is members and last[1][0] <= at_ns:
-                cell = last[1]  # the same block, every reading in it accepted last pass
-                count, observed = len(members), len(members) * (at_ns - cell[0])
-                cell[0] = at_ns
-                blocks[block.cgroup] = last
+            kept: Collection[int] = ()
+            if last is not None and last[1][0] <= at_ns:
+                accepted_before, cell = last
+                if accepted_before is members:  # the very block: every reading accepted
+                    kept = members
+                else:  # the readings it kept must be the very ones accepted last pass
+                    common = members.keys() & accepted_before.keys()
+                    if all(
+                        map(is_, map(members.__getitem__, common),
+                            map(accepted_before.__getitem__, common))
+                    ):  # fmt: skip
+                        kept = common
+                        for pid in accepted_before.keys() - common:  # leaving it this pass
+                            if since_of.get(pid) is cell:
+                                since_of[pid] = [cell[0]]  # its instant, not the block's next
+            if kept:
+                observed = len(kept) * (at_ns - cell[0])
             else:
-                cell, accepted, observed = [at_ns], {}, 0
-                for pid, reading in members.items():
-                    old = cache.get(pid)
-                    if old is None or reading is not old:
-                        others.append(reading)
-                        continue
-                    since = since_of.get(pid)
-                    since_ns = old.at_ns if since is None else since[0]
-                    if at_ns < since_ns:
-                        others.append(reading)
-                        continue
-                    observed += at_ns - since_ns
-                    since_of[pid] = cell
-                    accepted[pid] = reading
-                count = len(accepted)
-                if not count:
+                cell, observed = [at_ns], 0
+            refused: list[int] = []
+            for pid, reading in members.items() if kept is not members else ():
+                if pid in kept:
                     continue
-                blocks[block.cgroup] = (
-                    members if count == len(members) else accepted,
-                    cell,
-                )
+                old = cache.get(pid)
+                if old is None or reading is not old:
+                    others.append(reading)
+                    refused.append(pid)
+                    continue
+                since = since_of.get(pid)
+                since_ns = old.at_ns if since is None else since[0]
+                if at_ns < since_ns:
+                    others.append(reading)
+                    refused.append(pid)
+                    continue
+                observed += at_ns - since_ns
+                since_of[pid] = cell
+            cell[0] = at_ns
+            count = len(members) - len(refused)
+            if not count:
+                continue
+            if refused:
+                members = {pid: r for pid, r in members.items() if pid not in refused}
+            blocks[block.cgroup] = (members, cell)
             total = sums.get(block.cgroup)
             if total is None:
                 sums[block.cgroup] = [count, observed]

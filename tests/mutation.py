@@ -499,15 +499,21 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/block-identity-dropped", TRACKER,
-        "if last is not None and last[0] is members and last[1][0] <= at_ns:",
-        "if last is not None and last[1][0] <= at_ns:",
-        "a changed block summed whole: a reading that joined it never checked against the cache",
+        "map(is_, map(members.__getitem__, common),",
+        "map(lambda *_: True, map(members.__getitem__, common),",
+        "a process a block kept under another reading is summed as a carry, never guarded",
     )  # fmt: skip
     yield m(
         "tracker/block-instant-check-dropped", TRACKER,
-        "if last is not None and last[0] is members and last[1][0] <= at_ns:",
-        "if last is not None and last[0] is members:",
+        "if last is not None and last[1][0] <= at_ns:",
+        "if last is not None:",
         "a block carried again at an earlier instant gives a negative observed time",
+    )  # fmt: skip
+    yield m(
+        "tracker/block-leaving-instant-shared", TRACKER,
+        "since_of[pid] = [cell[0]]",
+        "pass",
+        "a process leaving a block to be read counts from the block's new instant: its span lost",
     )  # fmt: skip
     # -- collector/cgroupguard.py: the cgroup guard ----------------------------------------
     yield m(

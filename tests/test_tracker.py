@@ -423,3 +423,19 @@ def test_a_changed_block_is_checked_process_by_process():
     assert [d.reading.pid for d in outcome.deltas] == [] and outcome.refused == Counter(
         first_seen=1
     )
+
+
+def test_a_block_keeping_a_process_under_another_reading_is_not_summed_as_a_carry():
+    """A block of the same cgroup whose process is given with a reading other than the
+    one accepted last pass (its counters moved) is no continuation: that reading is
+    guarded as read, and only the processes whose very readings stand are carried."""
+    tracker = Tracker(HZ)
+    a, b = proc(10, 5_000, 100 * SEC), proc(20, 5_000, 100 * SEC)
+    tracker.advance([a, b], 100 * SEC)
+    tracker.advance([], 160 * SEC, carry(a, b), 160 * SEC)
+    moved = proc(10, 5_000, 200 * SEC, user=4)
+    outcome = tracker.advance([], 200 * SEC, carry(moved, b), 200 * SEC)
+    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    (delta,) = outcome.deltas
+    assert delta.reading is moved and delta.fields.cpu_user_nanos == 4 * TICK_NS
+    assert delta.fields.observed_nanos == 40 * SEC
