@@ -207,8 +207,7 @@ class Tracker:
                     ):  # fmt: skip
                         kept = common
                         for pid in accepted_before.keys() - common:  # leaving it this pass
-                            if since_of.get(pid) is cell:
-                                since_of[pid] = [cell[0]]  # its instant, not the block's next
+                            since_of[pid] = [cell[0]]  # its instant, not the block's next
             if kept:
                 observed = len(kept) * (at_ns - cell[0])
             else:

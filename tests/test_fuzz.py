@@ -38,6 +38,7 @@ from collector.parse import (
     parse_stat,
     parse_status_switches,
 )
+from collector.plainread import Carried
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
@@ -319,6 +320,88 @@ def test_guard_on_births_continuations_and_falls():
 
     check()
     assert exercised == {"born", "same", "fell"}
+
+
+def test_carried_blocks_count_each_process_from_its_own_last_instant():
+    """Pass sequences shaped as the reader makes them: each process is read (it ran), or
+    carried in its cgroup's block (last pass's very reading), or gone; a block is given
+    as last pass's very object where it holds the same processes, else as a new mapping
+    of the same readings, so that blocks stand, shrink, grow and change whole. Whatever
+    the path a block takes through the tracker, each process counts from the instant it
+    last stood for (its read, or its last carry) to the instant it stands for now, the
+    way a tracker taking every process one by one would: per cgroup, the carried
+    processes and their observed time; per process read, its delta."""
+    exercised: set[str] = set()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def check(data):
+        tracker = Tracker(hz=HZ)
+        cgroups = (b"0::/a\n", b"0::/b\n")
+        last: dict[int, tuple[ProcessReading, int]] = {}  # pid -> (reading, its instant)
+        blocks: dict[bytes, dict[int, ProcessReading]] = {}
+        now = 10**12
+        for _ in range(data.draw(st.integers(2, 12))):
+            now += data.draw(st.integers(10**4, 10**10))
+            listed_at, carried_at = now, now + 1000
+            read: list[ProcessReading] = []
+            members: dict[bytes, dict[int, ProcessReading]] = {c: {} for c in cgroups}
+            for pid in range(10, 16):
+                before = last.get(pid)
+                choice = data.draw(
+                    st.sampled_from(["read", "carry", "carry", "carry", "gone"])
+                    if before
+                    else st.sampled_from(["read", "absent"])
+                )
+                if choice == "read":
+                    cgroup = before[0].cgroup if before else data.draw(st.sampled_from(cgroups))
+                    user = before[0].utime_ticks + data.draw(st.integers(0, 3)) if before else 0
+                    reading = ProcessReading(
+                        pid, "p", 1, now + 2000 + pid, user, 0, 0, 0, cgroup,
+                        (ThreadReading(pid, 1, 0, 0, 1, 0, 0, 0, 0),),
+                    )  # fmt: skip
+                    read.append(reading)
+                elif choice == "carry":
+                    members[before[0].cgroup][pid] = before[0]
+                else:
+                    last.pop(pid, None)
+            given_blocks = []
+            for cgroup, now_members in members.items():
+                if not now_members:
+                    blocks.pop(cgroup, None)
+                    continue
+                kept = blocks.get(cgroup)
+                if kept is not None and kept == now_members:
+                    exercised.add("same object")
+                    now_members = kept
+                elif kept is not None and now_members.keys() & kept.keys():
+                    exercised.add("changed")
+                blocks[cgroup] = now_members
+                given_blocks.append(Carried(cgroup, now_members, len(now_members), 0))
+            outcome = tracker.advance(read, listed_at, given_blocks, carried_at)
+            expected: dict[bytes, list[int]] = {}
+            for cgroup, now_members in members.items():
+                for pid, reading in now_members.items():
+                    total = expected.setdefault(cgroup, [0, 0])
+                    total[0] += 1
+                    total[1] += carried_at - last[pid][1]
+                    last[pid] = (reading, carried_at)
+            assert outcome.carried == expected
+            deltas = {d.reading.pid: d.fields for d in outcome.deltas}
+            for reading in read:
+                before = last.get(reading.pid)
+                if before is not None:
+                    fields = deltas[reading.pid]
+                    assert fields.observed_nanos == reading.at_ns - before[1]
+                    assert (
+                        fields.cpu_user_nanos
+                        == (reading.utime_ticks - before[0].utime_ticks) * TICK_NS
+                    )
+                last[reading.pid] = (reading, reading.at_ns)
+            assert tracker.tracked_processes == len(last)
+
+    check()
+    assert exercised == {"same object", "changed"}
 
 
 FILES = ["stat", "cgroup", "task/{pid}/schedstat", "task/{pid}/status", "task/{pid}/io"]
