@@ -235,8 +235,10 @@ class Reader:
       instant (`_probe`, `_carry`).
     * A process in a quiet cgroup (`read_pass(quiet=…)`, `in_quiet_cgroup`) is carried
       without reading any file: its last reading, the very object, stands for one
-      instant of the pass (`PassReadings.carried_at_ns`), apart from the processes read
-      (`PassReadings.carried`), so that the guard and the sums take them as a block.
+      instant of the pass (`PassReadings.carried_at_ns`), apart from the processes read,
+      in one block per cgroup (`PassReadings.carried`), so that the guard and the sums
+      take them as a block. Last pass's block is carried again as it is, without a look
+      at each of its processes, where `block_stands`.
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when it is read whole.
     * Every process is read whole, no shortcut taken, when `whole_read_due`: the bound
