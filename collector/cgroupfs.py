@@ -57,6 +57,8 @@ the 1024 descriptors a container runtime allows by default."""
 _KUBEPODS_DEPTH = 4  # kind: kubelet.slice/kubelet-kubepods.slice/…-burstable.slice/…-pod<uid>
 _PSI_FILES = (b"cpu.pressure", b"memory.pressure", b"io.pressure")
 _PSI = tuple[Pressure | None, Pressure | None, Pressure | None]
+_Listing = list[tuple[bytes, int]]  # (name, inode) of each directory in a directory
+_Found = list[tuple[PodRef, bytes, int]]  # (pod or container, path, inode) of each found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -170,14 +172,28 @@ class CgroupFS:
         self._parents_before: dict[bytes, _PSI] = {}
         self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
         self._passes = 1  # this pass's number (`release_unused` ends one)
+        # What the last pass's listings made (`pods`), by hierarchy root: each directory
+        # walked, by its path, with its listing and the pods and directories to walk
+        # found in it, and the pods found; the same for the pods' containers; and the
+        # `Location`s made from them all.
+        self._walks: dict[bytes, tuple[dict[bytes, tuple[_Listing, _Found, list]], _Found]] = {}
+        self._children: dict[
+            bytes, tuple[_Found, dict[bytes, tuple[_Listing, _Found]], _Found]
+        ] = {}
+        self._found: tuple[list[tuple[str, _Found]], dict[PodRef, tuple[Location, ...]]] = ([], {})
 
     # -- listing -----------------------------------------------------------------------
 
-    def pods(self, per_container: bool) -> dict[PodRef, list[Location]]:
+    def pods(self, per_container: bool) -> dict[PodRef, tuple[Location, ...]]:
         """Every pod cgroup under kubelet's tree, in every hierarchy (with
-        `per_container`, every container cgroup of every pod instead)."""
-        found: dict[PodRef, list[Location]] = {}
-        listed: dict[bytes, list[tuple[PodRef, bytes, int]]] = {}
+        `per_container`, every container cgroup of every pod instead).
+
+        Every directory is listed every pass, and what a listing holds is made anew
+        where it differs from the same directory's at the last pass (a name or an
+        inode); where none differs, the last pass's pods and `Location`s are handed out
+        again (tuples: immutable, shared between passes)."""
+        lists: list[tuple[str, _Found]] = []
+        listed: dict[bytes, _Found] = {}
         for hierarchy in HIERARCHY_ORDER:
             root = self.hierarchies.root(hierarchy)
             if root is None:
@@ -186,33 +202,79 @@ class CgroupFS:
             # are one tree: listed once
             real = self._real.get(root) or self._real.setdefault(root, os.path.realpath(root))
             if real not in listed:
-                listed[real] = self._pod_dirs(root)
-            for pod, path, inode in listed[real]:
-                if not per_container:
-                    found.setdefault(pod, []).append(Location(hierarchy, path, inode, True))
-                    continue
-                for child, child_inode in _subdirs(root + path):
-                    container = container_of_dir(pod, child.decode(errors="replace"))
-                    if container is not None:
-                        location = Location(hierarchy, path + b"/" + child, child_inode, True)
-                        found.setdefault(container, []).append(location)
-        return found
+                pods = self._pod_dirs(root)
+                listed[real] = self._container_dirs(root, pods) if per_container else pods
+            lists.append((hierarchy, listed[real]))
+        last, made = self._found
+        if len(last) == len(lists) and all(
+            hierarchy == before and found is found_before
+            for (hierarchy, found), (before, found_before) in zip(lists, last, strict=True)
+        ):
+            return dict(made)
+        found: dict[PodRef, list[Location]] = {}
+        for hierarchy, entries in lists:
+            for ref, path, inode in entries:
+                found.setdefault(ref, []).append(Location(hierarchy, path, inode, True))
+        made = {ref: tuple(locations) for ref, locations in found.items()}
+        self._found = (lists, made)
+        return dict(made)
 
-    def _pod_dirs(self, root: bytes) -> list[tuple[PodRef, bytes, int]]:
+    def _pod_dirs(self, root: bytes) -> _Found:
         """(pod, path, inode) of each pod directory: a walk down the kubepods directories
-        only (a few scandir calls), never the whole tree."""
-        pods: list[tuple[PodRef, bytes, int]] = []
+        only (a few scandir calls), never the whole tree. Where every directory listed
+        the same as at the last walk, the last walk's list (a walk goes where its
+        listings lead: the same listings, the same walk)."""
+        before, pods = self._walks.get(root, ({}, []))
+        changed = root not in self._walks
+        walked: dict[bytes, tuple[_Listing, _Found, list]] = {}
         stack: list[tuple[bytes, tuple[str, ...]]] = [(b"", ())]
         while stack:
             path, parents = stack.pop()
-            for child, inode in _subdirs(root + path):
-                pod, descend = self._classify_dir(parents, child)
-                if pod is not None:
-                    pods.append((pod, path + b"/" + child, inode))
-                elif descend:
-                    stack.append((path + b"/" + child, (*parents, child.decode(errors="replace"))))
-        pods.sort(key=lambda found: found[1])
+            listing = _subdirs(root + path)
+            seen = before.get(path)
+            if seen is None or seen[0] != listing:
+                changed = True
+                here: _Found = []
+                below: list[tuple[bytes, tuple[str, ...]]] = []
+                for child, inode in listing:
+                    pod, descend = self._classify_dir(parents, child)
+                    if pod is not None:
+                        here.append((pod, path + b"/" + child, inode))
+                    elif descend:
+                        below.append(
+                            (path + b"/" + child, (*parents, child.decode(errors="replace")))
+                        )
+                seen = (listing, here, below)
+            walked[path] = seen
+            stack.extend(seen[2])
+        if changed:
+            pods = [pod for _, here, _ in walked.values() for pod in here]
+            pods.sort(key=lambda found: found[1])
+        self._walks[root] = (walked, pods)
         return pods
+
+    def _container_dirs(self, root: bytes, pods: _Found) -> _Found:
+        """(container, path, inode) of each container directory of the `pods`: the last
+        pass's list where the pods and every pod directory's listing are the same."""
+        pods_before, before, containers = self._children.get(root, (None, {}, []))
+        changed = pods is not pods_before
+        listings: dict[bytes, tuple[_Listing, _Found]] = {}
+        for pod, path, _ in pods:
+            listing = _subdirs(root + path)
+            seen = before.get(path)
+            if seen is None or seen[0] != listing:
+                changed = True
+                here: _Found = []
+                for child, child_inode in listing:
+                    container = container_of_dir(pod, child.decode(errors="replace"))
+                    if container is not None:
+                        here.append((container, path + b"/" + child, child_inode))
+                seen = (listing, here)
+            listings[path] = seen
+        if changed:
+            containers = [entry for _, here in listings.values() for entry in here]
+        self._children[root] = (pods, listings, containers)
+        return containers
 
     def _classify_dir(self, parents: tuple[str, ...], child: bytes) -> tuple[PodRef | None, bool]:
         """(the pod a directory is, whether to look below it), remembered: a node's pod
