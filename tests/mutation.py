@@ -336,6 +336,22 @@ def _mutants() -> Iterator[Mutant]:
         "(False, False, False)\n                if before is None",
         "a parent first read this pass proves its children did not stall",
     )  # fmt: skip
+    yield m(
+        "cgroupfs/pod-listing-kept-when-changed", CGROUPFS,
+        "if seen is None or seen[0] != listing:\n                changed = True\n"
+        "                here: _Found = []\n                below",
+        "if seen is None:\n                changed = True\n"
+        "                here: _Found = []\n                below",
+        "a pod made or removed under a directory listed before is never seen, or never let go",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/container-listing-kept-when-changed", CGROUPFS,
+        "if seen is None or seen[0] != listing:\n                changed = True\n"
+        "                here: _Found = []\n                for child, child_inode",
+        "if seen is None:\n                changed = True\n"
+        "                here: _Found = []\n                for child, child_inode",
+        "with --per-container, a container started in a pod listed before is never seen",
+    )  # fmt: skip
     # -- collector/engine.py: which cgroups are quiet --------------------------------------
     yield m(
         "engine/quiet-read-early-dropped", ENGINE,
