@@ -21,7 +21,7 @@ import errno
 import functools
 import logging
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -39,6 +39,7 @@ from collector.model import (
     CgroupReading,
     Malformed,
     Pressure,
+    build,
     whole_read_due,
 )
 from collector.parse import parse_flat_keyed, parse_pressure, parse_single_value
@@ -57,6 +58,9 @@ the 1024 descriptors a container runtime allows by default."""
 _KUBEPODS_DEPTH = 4  # kind: kubelet.slice/kubelet-kubepods.slice/…-burstable.slice/…-pod<uid>
 _PSI_FILES = (b"cpu.pressure", b"memory.pressure", b"io.pressure")
 _PSI = tuple[Pressure | None, Pressure | None, Pressure | None]
+_NO_PSI: _PSI = (None, None, None)
+_Listing = list[tuple[bytes, int]]  # (name, inode) of each directory in a directory
+_Found = list[tuple[PodRef, bytes, int]]  # (pod or container, path, inode) of each found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -67,6 +71,16 @@ def _cpu_stat(data: bytes) -> Mapping[bytes, int]:
 
 
 _psi_totals = functools.lru_cache(maxsize=1024)(parse_pressure)  # the same, for PSI files
+
+
+@functools.lru_cache(maxsize=1024)
+def _v2_cpu_stat(data: bytes) -> tuple[Mapping[bytes, int], int | None, bool]:
+    """A v2 `cpu.stat` (`_cpu_stat`), with what a group's reading takes from it: its
+    usage in ns, and whether it has the bandwidth counters (the group's cpu controller
+    is on)."""
+    stat = _cpu_stat(data)
+    usage = stat.get(b"usage_usec")
+    return stat, None if usage is None else usage * 1000, b"nr_periods" in stat
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +158,37 @@ class Location(NamedTuple):
     subtree: bool
 
 
+class _Dir(NamedTuple):
+    """One of a group's directories, resolved from its `Location`: its hierarchy's root,
+    the location, the directory's whole path, its inode, the group's identity entry
+    for it, and (v2 only, whose parent's PSI files `_pressure` reads) its parent
+    directory, None at the hierarchy's root."""
+
+    root: bytes
+    location: Location
+    directory: bytes
+    inode: int
+    ident: tuple[str, int]
+    parent: bytes | None
+
+
+class _Plan(NamedTuple):
+    """What reading a group takes, resolved once from its `Location`s (`CgroupFS._plan`):
+    kept from pass to pass while the group's locations are equal to `locations` (each
+    hierarchy, path and inode), made anew when any differs. `listed`: every inode is the
+    listing's (else one was looked up for this pass alone, and the plan is not kept).
+    `stagger` is the inode of its first directory (`whole_read_due`); `identities`, the
+    group's identity by which of its directories were read (bit 1 v2, 2 cpuacct, 4 cpu)."""
+
+    locations: Sequence[Location]
+    listed: bool
+    stagger: int
+    v2: _Dir | None
+    cpuacct: _Dir | None
+    cpu: _Dir | None
+    identities: tuple[tuple[tuple[str, int], ...], ...]
+
+
 class CgroupFS:
     """Cgroup hierarchies under `root`, found once, at construction (a node's cgroup
     mounts are made at boot; a collector started before them is restarted by its
@@ -170,14 +215,31 @@ class CgroupFS:
         self._parents_before: dict[bytes, _PSI] = {}
         self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
         self._passes = 1  # this pass's number (`release_unused` ends one)
+        # What the last pass's listings made (`pods`), by hierarchy root: each directory
+        # walked, by its path, with its listing and the pods and directories to walk
+        # found in it, and the pods found; the same for the pods' containers; and the
+        # `Location`s made from them all.
+        self._walks: dict[bytes, tuple[dict[bytes, tuple[_Listing, _Found, list]], _Found]] = {}
+        self._children: dict[
+            bytes, tuple[_Found, dict[bytes, tuple[_Listing, _Found]], _Found]
+        ] = {}
+        self._found: tuple[list[tuple[str, _Found]], dict[PodRef, tuple[Location, ...]]] = ([], {})
+        # the groups' plans (`read_groups`), and how many groups this pass read
+        self._plans: dict[Hashable, _Plan] = {}
+        self._groups_read = 0
 
     # -- listing -----------------------------------------------------------------------
 
-    def pods(self, per_container: bool) -> dict[PodRef, list[Location]]:
+    def pods(self, per_container: bool) -> dict[PodRef, tuple[Location, ...]]:
         """Every pod cgroup under kubelet's tree, in every hierarchy (with
-        `per_container`, every container cgroup of every pod instead)."""
-        found: dict[PodRef, list[Location]] = {}
-        listed: dict[bytes, list[tuple[PodRef, bytes, int]]] = {}
+        `per_container`, every container cgroup of every pod instead).
+
+        Every directory is listed every pass, and what a listing holds is made anew
+        where it differs from the same directory's at the last pass (a name or an
+        inode); where none differs, the last pass's pods and `Location`s are handed out
+        again (tuples: immutable, shared between passes)."""
+        lists: list[tuple[str, _Found]] = []
+        listed: dict[bytes, _Found] = {}
         for hierarchy in HIERARCHY_ORDER:
             root = self.hierarchies.root(hierarchy)
             if root is None:
@@ -186,33 +248,79 @@ class CgroupFS:
             # are one tree: listed once
             real = self._real.get(root) or self._real.setdefault(root, os.path.realpath(root))
             if real not in listed:
-                listed[real] = self._pod_dirs(root)
-            for pod, path, inode in listed[real]:
-                if not per_container:
-                    found.setdefault(pod, []).append(Location(hierarchy, path, inode, True))
-                    continue
-                for child, child_inode in _subdirs(root + path):
-                    container = container_of_dir(pod, child.decode(errors="replace"))
-                    if container is not None:
-                        location = Location(hierarchy, path + b"/" + child, child_inode, True)
-                        found.setdefault(container, []).append(location)
-        return found
+                pods = self._pod_dirs(root)
+                listed[real] = self._container_dirs(root, pods) if per_container else pods
+            lists.append((hierarchy, listed[real]))
+        last, made = self._found
+        if len(last) == len(lists) and all(
+            hierarchy == before and found is found_before
+            for (hierarchy, found), (before, found_before) in zip(lists, last, strict=True)
+        ):
+            return dict(made)
+        found: dict[PodRef, list[Location]] = {}
+        for hierarchy, entries in lists:
+            for ref, path, inode in entries:
+                found.setdefault(ref, []).append(Location(hierarchy, path, inode, True))
+        made = {ref: tuple(locations) for ref, locations in found.items()}
+        self._found = (lists, made)
+        return dict(made)
 
-    def _pod_dirs(self, root: bytes) -> list[tuple[PodRef, bytes, int]]:
+    def _pod_dirs(self, root: bytes) -> _Found:
         """(pod, path, inode) of each pod directory: a walk down the kubepods directories
-        only (a few scandir calls), never the whole tree."""
-        pods: list[tuple[PodRef, bytes, int]] = []
+        only (a few scandir calls), never the whole tree. Where every directory listed
+        the same as at the last walk, the last walk's list (a walk goes where its
+        listings lead: the same listings, the same walk)."""
+        before, pods = self._walks.get(root, ({}, []))
+        changed = root not in self._walks
+        walked: dict[bytes, tuple[_Listing, _Found, list]] = {}
         stack: list[tuple[bytes, tuple[str, ...]]] = [(b"", ())]
         while stack:
             path, parents = stack.pop()
-            for child, inode in _subdirs(root + path):
-                pod, descend = self._classify_dir(parents, child)
-                if pod is not None:
-                    pods.append((pod, path + b"/" + child, inode))
-                elif descend:
-                    stack.append((path + b"/" + child, (*parents, child.decode(errors="replace"))))
-        pods.sort(key=lambda found: found[1])
+            listing = _subdirs(root + path)
+            seen = before.get(path)
+            if seen is None or seen[0] != listing:
+                changed = True
+                here: _Found = []
+                below: list[tuple[bytes, tuple[str, ...]]] = []
+                for child, inode in listing:
+                    pod, descend = self._classify_dir(parents, child)
+                    if pod is not None:
+                        here.append((pod, path + b"/" + child, inode))
+                    elif descend:
+                        below.append(
+                            (path + b"/" + child, (*parents, child.decode(errors="replace")))
+                        )
+                seen = (listing, here, below)
+            walked[path] = seen
+            stack.extend(seen[2])
+        if changed:
+            pods = [pod for _, here, _ in walked.values() for pod in here]
+            pods.sort(key=lambda found: found[1])
+        self._walks[root] = (walked, pods)
         return pods
+
+    def _container_dirs(self, root: bytes, pods: _Found) -> _Found:
+        """(container, path, inode) of each container directory of the `pods`: the last
+        pass's list where the pods and every pod directory's listing are the same."""
+        pods_before, before, containers = self._children.get(root, (None, {}, []))
+        changed = pods is not pods_before
+        listings: dict[bytes, tuple[_Listing, _Found]] = {}
+        for pod, path, _ in pods:
+            listing = _subdirs(root + path)
+            seen = before.get(path)
+            if seen is None or seen[0] != listing:
+                changed = True
+                here: _Found = []
+                for child, child_inode in listing:
+                    container = container_of_dir(pod, child.decode(errors="replace"))
+                    if container is not None:
+                        here.append((container, path + b"/" + child, child_inode))
+                seen = (listing, here)
+            listings[path] = seen
+        if changed:
+            containers = [entry for _, here in listings.values() for entry in here]
+        self._children[root] = (pods, listings, containers)
+        return containers
 
     def _classify_dir(self, parents: tuple[str, ...], child: bytes) -> tuple[PodRef | None, bool]:
         """(the pod a directory is, whether to look below it), remembered: a node's pod
@@ -232,16 +340,135 @@ class CgroupFS:
 
     def read_groups(
         self,
-        targets: dict[Hashable, list[Location]],
-        previous: dict[Hashable, CgroupReading],
+        targets: Mapping[Hashable, Sequence[Location]],
+        previous: Mapping[Hashable, CgroupReading],
     ) -> dict[Hashable, CgroupReading]:
-        """Each group's reading (see `read_group`); `release_unused` ends the pass."""
+        """Each group's reading (see `read_group`); `release_unused` ends the pass.
+
+        A group's plan (`_plan`) is kept from pass to pass while its `Location`s are the
+        same (every path and inode, as listed), and made anew from them otherwise."""
         readings = {}
+        plans = self._plans
+        psi = self.pressure and self.hierarchies.psi
+        self._groups_read += len(targets)
         for group, locations in targets.items():
-            reading = self.read_group(locations, previous.get(group))
+            plan = plans.get(group)
+            if plan is None or plan.locations != locations:
+                plan = self._plan(locations)
+                if plan is None:
+                    continue
+                if plan.listed:
+                    plans[group] = plan
+            reading = self._read_plan(plan, previous.get(group), psi)
             if reading is not None:
                 readings[group] = reading
         return readings
+
+    def read_group(
+        self, locations: Sequence[Location], previous: CgroupReading | None = None
+    ) -> CgroupReading | None:
+        """A group's cgroup counters from its directories: usage from v2 `cpu.stat`, else
+        v1 `cpuacct.usage`; pressure from v2; bandwidth from v2 `cpu.stat` where its cpu
+        controller is on, else v1 `cpu`. None if none of its directories could be read
+        (the cgroup is gone).
+
+        With the group's `previous` reading, the bandwidth counters are carried over
+        unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
+        totals when its parent's did not move (`pressure_unmoved`) — but for one pass in
+        `WHOLE_READ_PASSES` (staggered by the inode of the group's first directory), which
+        reads every file: whatever those facts miss is read then, never lost.
+        """
+        plan = self._plan(locations)
+        if plan is None:
+            return None
+        return self._read_plan(plan, previous, self.pressure and self.hierarchies.psi)
+
+    def _plan(self, locations: Sequence[Location]) -> _Plan | None:
+        """Where a group's files are: the first of its locations in each hierarchy found
+        on the node, with its directory's inode (looked up where the location has none);
+        None if it has none (or they are gone)."""
+        dirs: dict[str, _Dir] = {}
+        listed = True
+        for location in locations:
+            root = self.hierarchies.root(location.hierarchy)
+            if root is None or location.hierarchy in dirs:
+                continue
+            directory = root + location.path
+            inode = location.inode
+            if inode is None:
+                listed = False  # looked up now: the plan is this pass's only
+                try:
+                    inode = os.stat(directory).st_ino
+                except OSError:
+                    continue  # gone
+            at_root = location.hierarchy != V2 or directory == self.hierarchies.v2
+            parent = None if at_root else os.path.dirname(directory)
+            ident = (location.hierarchy, inode)
+            dirs[location.hierarchy] = _Dir(root, location, directory, inode, ident, parent)
+        if not dirs:
+            return None
+        v2, cpuacct, cpu = dirs.get(V2), dirs.get(CPUACCT), dirs.get(CPU)
+        identities = tuple(
+            tuple(
+                d.ident
+                for bit, d in ((1, v2), (2, cpuacct), (4, cpu))
+                if read & bit and d is not None
+            )
+            for read in range(8)
+        )
+        first = next(iter(dirs.values())).inode
+        return _Plan(locations[:], listed, first, v2, cpuacct, cpu, identities)
+
+    def _read_plan(
+        self, plan: _Plan, previous: CgroupReading | None, psi: bool
+    ) -> CgroupReading | None:
+        """`read_group`, by the group's plan."""
+        _, _, stagger, v2, cpuacct, cpu, identities = plan
+        if whole_read_due(stagger, self._passes, self.whole_read_passes):
+            previous = None  # read whole: nothing carried over
+        read = 0  # which directories were read: 1 v2, 2 cpuacct, 4 cpu (`_Plan`)
+        usage: int | None = None
+        pressure: _PSI = _NO_PSI
+        v2_stat: Mapping[bytes, int] | None = None
+        v2_periods = False
+        if v2 is not None:
+            held = self._held.get(v2.directory)  # `_held_dir`, inline: held since a pass before
+            if held is not None and held[0] == v2.inode:
+                self._held_used.add(v2.directory)
+                at = held[1]
+            else:
+                at = self._held_dir(v2.directory, v2.inode)
+            parsed = _parsed(
+                b"cpu.stat" if at is not None else v2.directory + b"/cpu.stat", _v2_cpu_stat, at
+            )
+            if parsed is not None:
+                read = 1
+                v2_stat, usage, v2_periods = parsed
+                if psi:
+                    pressure = self._pressure(v2, at, previous)
+        if usage is None and cpuacct is not None:
+            at = self._held_dir(cpuacct.directory, cpuacct.inode)
+            name = b"cpuacct.usage" if at is not None else cpuacct.directory + b"/cpuacct.usage"
+            usage = _parsed(name, parse_single_value, at)
+            if usage is not None:
+                read |= 2
+        source = v2 if v2_periods else None
+        if source is None and cpu is not None:
+            source = cpu
+            read |= 4
+        if not read:
+            return None
+        identity = identities[read]
+        bandwidth: tuple[Bandwidth, ...] | None = None
+        if source is None:
+            pass
+        elif previous is not None and _bandwidth_unchanged(identity, usage, previous):
+            bandwidth = previous.bandwidth
+        else:
+            stat = v2_stat if source is v2 else _parsed(cpu.directory + b"/cpu.stat", _cpu_stat)
+            if stat is not None:
+                bandwidth = self._bandwidth(source.root, source.location, source.inode, stat)
+        return build(CgroupReading, (identity, usage, pressure, bandwidth))
 
     def _held_dir(self, directory: bytes, inode: int) -> int | None:
         """An `O_PATH` descriptor of a group's directory, kept between passes, so that its
@@ -278,25 +505,22 @@ class CgroupFS:
         self._held_used.add(directory)
         return fd
 
-    def _opener(self, directory: bytes, inode: int) -> tuple[bytes, int | None]:
-        """(prefix, dir_fd) to open the files of a group's directory with: their names and
-        its held descriptor, or their whole paths where none is held."""
-        at = self._held_dir(directory, inode)
-        return (b"", at) if at is not None else (directory + b"/", None)
-
     def release_unused(self) -> None:
-        """End of a pass: let go of the directories held and not read since the last."""
+        """End of a pass: let go of the directories held and not read since the last (and
+        of the groups' plans, once those of groups gone are as many as the groups read)."""
         for directory in [d for d in self._held if d not in self._held_used]:
             os.close(self._held.pop(directory)[1])
         self._held_used = set()
         self._parents_before, self._parents, self._stalled = self._parents, {}, {}
+        if len(self._plans) > 2 * self._groups_read + 64:  # groups gone: their plans too
+            self._plans = {}
+        self._groups_read = 0
         self._passes += 1
 
-    def _stalled_below(self, directory: bytes) -> tuple[bool, bool, bool]:
-        """For cpu, memory and io: whether a cgroup below `directory`'s parent may have
-        stalled since the last pass (`pressure_unmoved`). The parent's three files are read
-        once a pass, at the first group below it, so before any of its groups is read."""
-        parent = os.path.dirname(directory)
+    def _stalled_below(self, parent: bytes) -> tuple[bool, bool, bool]:
+        """For cpu, memory and io: whether a cgroup below `parent` may have stalled since
+        the last pass (`pressure_unmoved`). The parent's three files are read once a pass,
+        at the first group below it, so before any of its groups is read."""
         stalled = self._stalled.get(parent)
         if stalled is None:
             now = self._parents[parent] = tuple(
@@ -310,97 +534,27 @@ class CgroupFS:
             )
         return stalled
 
-    def read_group(
-        self, locations: list[Location], previous: CgroupReading | None = None
-    ) -> CgroupReading | None:
-        """A group's cgroup counters from its directories: usage from v2 `cpu.stat`, else
-        v1 `cpuacct.usage`; pressure from v2; bandwidth from v2 `cpu.stat` where its cpu
-        controller is on, else v1 `cpu`. None if none of its directories could be read
-        (the cgroup is gone).
-
-        With the group's `previous` reading, the bandwidth counters are carried over
-        unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
-        totals when its parent's did not move (`pressure_unmoved`) — but for one pass in
-        `WHOLE_READ_PASSES` (staggered by the inode of the group's first directory), which
-        reads every file: whatever those facts miss is read then, never lost.
-        """
-        dirs: dict[str, tuple[bytes, bytes, int, Location]] = {}
-        for location in locations:
-            root = self.hierarchies.root(location.hierarchy)
-            if root is None or location.hierarchy in dirs:
-                continue
-            directory = root + location.path
-            inode = location.inode
-            if inode is None:
-                try:
-                    inode = os.stat(directory).st_ino
-                except OSError:
-                    continue  # gone
-            dirs[location.hierarchy] = (root, directory, inode, location)
-        if not dirs:
-            return None
-        if whole_read_due(next(iter(dirs.values()))[2], self._passes, self.whole_read_passes):
-            previous = None  # read whole: nothing carried over
-        identity: list[tuple[str, int]] = []
-        usage: int | None = None
-        pressure: tuple[Pressure | None, Pressure | None, Pressure | None] = (None, None, None)
-        v2_stat: Mapping[bytes, int] | None = None
-        if V2 in dirs:
-            _, directory, inode, _ = dirs[V2]
-            base, at = self._opener(directory, inode)
-            v2_stat = _parsed(base + b"cpu.stat", _cpu_stat, at)
-            if v2_stat is not None:
-                identity.append((V2, inode))
-                if b"usage_usec" in v2_stat:
-                    usage = v2_stat[b"usage_usec"] * 1000
-                if self.pressure and self.hierarchies.psi:
-                    pressure = self._pressure(directory, base, at, inode, previous)
-        if usage is None and CPUACCT in dirs:
-            _, directory, inode, _ = dirs[CPUACCT]
-            base, at = self._opener(directory, inode)
-            usage = _parsed(base + b"cpuacct.usage", parse_single_value, at)
-            if usage is not None:
-                identity.append((CPUACCT, inode))
-        source = V2 if v2_stat is not None and b"nr_periods" in v2_stat else None
-        if source is None and CPU in dirs:
-            source = CPU
-            identity.append((CPU, dirs[CPU][2]))
-        if not identity:
-            return None
-        held = tuple(identity)
-        bandwidth: tuple[Bandwidth, ...] | None = None
-        if source is None:
-            pass
-        elif previous is not None and _bandwidth_unchanged(held, usage, previous):
-            bandwidth = previous.bandwidth
-        else:
-            root, directory, inode, location = dirs[source]
-            stat = v2_stat if source == V2 else _parsed(directory + b"/cpu.stat", _cpu_stat)
-            if stat is not None:
-                bandwidth = self._bandwidth(root, location, inode, stat)
-        return CgroupReading(held, usage, pressure, bandwidth)
-
-    def _pressure(
-        self,
-        directory: bytes,
-        base: bytes,
-        at: int | None,
-        inode: int,
-        previous: CgroupReading | None,
-    ) -> _PSI:
+    def _pressure(self, v2: _Dir, at: int | None, previous: CgroupReading | None) -> _PSI:
         """The group's three PSI files; each one carried over from its `previous` reading
         of the same cgroup where its parent's did not move since the last pass. (The
         parent is read first, whether or not this group has a previous reading: every
         reading of a group below is then later than its parent's of the same pass. A
         hierarchy's root has no parent: read.)"""
-        if directory == self.hierarchies.v2:
-            return tuple(_parsed(base + name, _psi_totals, at) for name in _PSI_FILES)
-        stalled = self._stalled_below(directory)
-        same = previous is not None and (V2, inode) in previous.identity
-        last = previous.pressure if same else (None, None, None)
-        return tuple(
-            _parsed(base + name, _psi_totals, at) if moved or kept is None else kept
-            for name, moved, kept in zip(_PSI_FILES, stalled, last, strict=True)
+        cpu_file, memory_file, io_file = (
+            _PSI_FILES if at is not None else [v2.directory + b"/" + n for n in _PSI_FILES]
+        )
+        parent = v2.parent
+        if parent is None:
+            cpu_moved = memory_moved = io_moved = True
+        else:
+            stalled = self._stalled.get(parent) or self._stalled_below(parent)
+            cpu_moved, memory_moved, io_moved = stalled
+        same = previous is not None and v2.ident in previous.identity
+        cpu, memory, io = previous.pressure if same else _NO_PSI
+        return (
+            _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu,
+            _parsed(memory_file, _psi_totals, at) if memory_moved or memory is None else memory,
+            _parsed(io_file, _psi_totals, at) if io_moved or io is None else io,
         )
 
     def _bandwidth(

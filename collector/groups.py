@@ -361,11 +361,13 @@ class Grouper:
         self._groups: dict[bytes, tuple[Group | None, CgroupDirs]] = {}
         self._paths: dict[tuple[bytes, str], bytes | None] = {}  # `path_in`, remembered
         self._qos: dict[str, str] = {}  # by pod UID, from the pod's cgroup directory
+        self._pod_groups: dict[PodRef, Group] = {}  # `pod_group`, remembered
 
     def refresh(self) -> None:
         """Follow kubelet's files; forget the groups made with names that may be stale."""
         if self.names.refresh():
             self._groups.clear()
+            self._pod_groups.clear()
 
     def learn_qos(self, pods: Iterable[PodRef]) -> None:
         """The QoS class of each pod, as its own cgroup directory's path tells it.
@@ -379,6 +381,7 @@ class Grouper:
         if learned != self._qos:
             self._qos = learned
             self._groups.clear()
+            self._pod_groups.clear()
 
     def group_of(self, cgroup_text: bytes) -> Group | None:
         """The group, None when `--pods-only` drops it, or `UNPLACED`. Raises Malformed on
@@ -430,7 +433,17 @@ class Grouper:
         return self.pod_group(pod)
 
     def pod_group(self, pod: PodRef) -> Group:
-        """The group of a pod (or, with `--per-container`, of one of its containers)."""
+        """The group of a pod (or, with `--per-container`, of one of its containers),
+        remembered until the names or the QoS classes it is made from may change
+        (`refresh`, `learn_qos`): asked for every pod on the node every pass."""
+        group = self._pod_groups.get(pod)
+        if group is None:
+            if len(self._pod_groups) > 65536:
+                self._pod_groups.clear()
+            group = self._pod_groups[pod] = self._make_pod_group(pod)
+        return group
+
+    def _make_pod_group(self, pod: PodRef) -> Group:
         info = self.names.pod(pod.uid)
         labels = [
             ("namespace", info.namespace if info else ""),

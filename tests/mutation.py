@@ -290,8 +290,8 @@ def _mutants() -> Iterator[Mutant]:
     # -- collector/cgroupfs.py: the cgroup reader's shortcuts ------------------------------
     yield m(
         "cgroupfs/bound-removed", CGROUPFS,
-        "if whole_read_due(next(iter(dirs.values()))[2]",
-        "if False and whole_read_due(next(iter(dirs.values()))[2]",
+        "if whole_read_due(stagger, self._passes",
+        "if False and whole_read_due(stagger, self._passes",
         "no cgroup is ever read whole: a late period or a tiny stall is never counted",
     )  # fmt: skip
     yield m(
@@ -344,7 +344,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "cgroupfs/pressure-identity-dropped", CGROUPFS,
-        "same = previous is not None and (V2, inode) in previous.identity",
+        "same = previous is not None and v2.ident in previous.identity",
         "same = previous is not None",
         "a v2 cgroup made anew keeps the old one's PSI totals",
     )  # fmt: skip
@@ -353,6 +353,28 @@ def _mutants() -> Iterator[Mutant]:
         "(True, True, True)\n                if before is None",
         "(False, False, False)\n                if before is None",
         "a parent first read this pass proves its children did not stall",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/plan-kept-for-other-locations", CGROUPFS,
+        "if plan is None or plan.locations != locations:",
+        "if plan is None:",
+        "a cgroup made anew (a new inode) is read as the old one: the guard subtracts across two",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/pod-listing-kept-when-changed", CGROUPFS,
+        "if seen is None or seen[0] != listing:\n                changed = True\n"
+        "                here: _Found = []\n                below",
+        "if seen is None:\n                changed = True\n"
+        "                here: _Found = []\n                below",
+        "a pod made or removed under a directory listed before is never seen, or never let go",
+    )  # fmt: skip
+    yield m(
+        "cgroupfs/container-listing-kept-when-changed", CGROUPFS,
+        "if seen is None or seen[0] != listing:\n                changed = True\n"
+        "                here: _Found = []\n                for child, child_inode",
+        "if seen is None:\n                changed = True\n"
+        "                here: _Found = []\n                for child, child_inode",
+        "with --per-container, a container started in a pod listed before is never seen",
     )  # fmt: skip
     # -- collector/engine.py: which cgroups are quiet --------------------------------------
     yield m(

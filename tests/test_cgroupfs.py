@@ -11,7 +11,7 @@ import pytest
 from collector.cgroupfs import CgroupFS, Location, detect
 from collector.cgroupguard import CgroupTracker
 from collector.groups import PodRef
-from collector.model import WHOLE_READ_PASSES
+from collector.model import WHOLE_READ_PASSES, CgroupReading
 from tests.cgroupfixture import LAYOUTS, MAIN, CgroupReads, CgroupTree, psi, v1_stat, v2_stat
 
 
@@ -215,15 +215,25 @@ def test_directories_are_held_while_read_and_let_go_after(tmp_path):
             os.fstat(fd)
 
 
-def test_a_directory_made_anew_is_not_read_through_the_old_descriptor(tmp_path):
+@pytest.mark.parametrize("by_group", [False, True])
+def test_a_directory_made_anew_is_not_read_through_the_old_descriptor(tmp_path, by_group):
+    """Nor through the old one's plan (`read_groups` keeps a group's plan while its
+    locations, inodes included, are the same)."""
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
-    ((_, locations),) = fs.pods(False).items()
-    assert fs.read_group(locations).usage_ns == 100_000
+
+    def read() -> CgroupReading:
+        ((_, locations),) = fs.pods(False).items()
+        if not by_group:
+            return fs.read_group(locations)
+        (reading,) = fs.read_groups({"pod": list(locations)}, {}).values()
+        fs.release_unused()
+        return reading
+
+    assert read().usage_ns == read().usage_ns == 100_000
     os.rename(pod, tmp_path / "old")  # kept aside: the new directory gets another inode
     pod.mkdir()
     (pod / "cpu.stat").write_text(v2_stat(7, 0))
-    ((_, locations),) = fs.pods(False).items()
-    reading = fs.read_group(locations)
+    reading = read()
     assert reading.usage_ns == 7_000
     assert reading.identity == (("v2", os.stat(pod).st_ino),)
 
@@ -256,6 +266,49 @@ def test_co_mounted_controllers_are_listed_once(tmp_path):
     assert len(walked) == 1
     for locations in pods.values():
         assert sorted(loc.hierarchy for loc in locations) == ["cpu", "cpuacct"]
+
+
+@pytest.mark.parametrize("per_container", [False, True])
+def test_every_listing_is_read_again_and_what_it_holds_made_again_where_it_changed(
+    tmp_path, per_container
+):
+    """`pods` lists every directory every pass, and takes what a listing holds from the
+    last pass only while the listing is the same: a pod or a container started, gone,
+    or made anew under the same name (a new inode) shows at the next listing."""
+    first, second = "a1" * 32, "b2" * 32
+    fs, pod = _pod(tmp_path, v2_stat(100, 0), {first: v2_stat(1)})
+    other = pod.parent / "podbbbbbbbb-0000-4000-8000-00000000000b"
+
+    def listed() -> dict[tuple[str, str], int]:
+        return {
+            (ref.uid[:1], ref.container_id[:2]): location.inode
+            for ref, locations in fs.pods(per_container).items()
+            for location in locations
+        }
+
+    def inode(path: Path) -> int:
+        return os.stat(path).st_ino
+
+    if not per_container:
+        assert listed() == listed() == {("a", ""): inode(pod)}
+        other.mkdir()
+        assert listed() == {("a", ""): inode(pod), ("b", ""): inode(other)}
+        os.rename(pod, tmp_path / "aside")  # kept: the new directory gets another inode
+        pod.mkdir()
+        assert listed() == {("a", ""): inode(pod), ("b", ""): inode(other)}
+        other.rmdir()
+        assert listed() == {("a", ""): inode(pod)}
+        return
+    assert listed() == listed() == {("a", "a1"): inode(pod / first)}
+    (pod / second).mkdir()
+    assert listed() == {("a", "a1"): inode(pod / first), ("a", "b2"): inode(pod / second)}
+    os.rename(pod / first, tmp_path / "aside")
+    (pod / first).mkdir()
+    assert listed() == {("a", "a1"): inode(pod / first), ("a", "b2"): inode(pod / second)}
+    (pod / second).rmdir()
+    other.mkdir()
+    (other / second).mkdir()
+    assert listed() == {("a", "a1"): inode(pod / first), ("b", "b2"): inode(other / second)}
 
 
 def _psi_host(tmp_path: Path) -> tuple[Path, dict[str, Path]]:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from collector.groups import Grouper, PodNames, classify, strip_namespace_prefix
+from collector.groups import Grouper, PodNames, PodRef, classify, strip_namespace_prefix
 
 UID = "6f1d3b0e-2c4a-4e8b-9a51-0c7d2e4f8a10"
 UID_ = UID.replace("-", "_")
@@ -342,3 +342,28 @@ def test_pod_names_follow_changes(kubelet_logs, tmp_path):
     os.utime(tmp_path / "pods", ns=(0, 1))
     kubelet_logs.refresh()
     assert kubelet_logs.pod(new_uid).name == "front-1"
+
+
+def test_a_pods_group_follows_its_names_and_its_qos_class(kubelet_logs, tmp_path):
+    """`Grouper.pod_group` remembers a pod's group, and forgets it when kubelet's names
+    change (`refresh`) or the pod's directory tells another QoS class (`learn_qos`)."""
+    grouper = Grouper(kubelet_logs, per_container=True)
+    grouper.refresh()
+    pod = PodRef(UID, "burstable", CID)
+    assert grouper.pod_group(pod) is grouper.pod_group(pod)
+    assert grouper.pod_group(pod).label_dict()["pod"] == "cart-7d9f"
+    (tmp_path / "pods" / f"shop_cart-7d9f_{UID}").rename(tmp_path / "pods" / f"shop_cart-9x_{UID}")
+    (tmp_path / "containers" / f"cart-7d9f_shop_cart-api-{CID}.log").rename(
+        tmp_path / "containers" / f"cart-9x_shop_cart-web-{CID}.log"
+    )
+    for directory in ("pods", "containers"):
+        os.utime(tmp_path / directory, ns=(0, 1))  # a change in the same instant, made visible
+    grouper.refresh()
+    labels = grouper.pod_group(pod).label_dict()
+    assert (labels["pod"], labels["container"], labels["qos"]) == (
+        "cart-9x",
+        "cart-web",
+        "burstable",
+    )
+    grouper.learn_qos([PodRef(UID, "guaranteed", "")])
+    assert grouper.pod_group(pod).label_dict()["qos"] == "guaranteed"

@@ -17,6 +17,10 @@ from collector.model import Fields
 
 PINNED = {
     "collector.cgroupfs.Location": ("hierarchy", "path", "inode", "subtree"),
+    "collector.cgroupfs._Dir": ("root", "location", "directory", "inode", "ident", "parent"),
+    "collector.cgroupfs._Plan": (
+        "locations", "listed", "stagger", "v2", "cpuacct", "cpu", "identities",
+    ),
     "collector.groups.Group": ("kind", "labels"),
     "collector.model.Bandwidth": ("path", "inode", "periods", "throttled_periods", "throttled_ns"),
     "collector.model.CgroupLine": ("hierarchy", "controllers", "path"),
