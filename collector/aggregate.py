@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
 from collector.model import (
@@ -112,6 +113,9 @@ def group_pass(
     return Grouped(intervals, sums, malformed, dirs, unplaced)
 
 
+_counters = attrgetter(*COUNTER_FIELD_NAMES)
+
+
 class Totals:
     """The guarded deltas accumulated per group since start, for `_total` counters: the
     process fields (docs/reference.md §3) and the cgroup fields (§7) a group has had.
@@ -160,7 +164,7 @@ class Totals:
         """Per group, the counters it has: the process fields once a process of it
         contributed, and each cgroup field once its cgroup gave a delta for it."""
         snapshot: dict[Group, dict[str, int]] = {
-            group: {name: getattr(fields, name) for name in COUNTER_FIELD_NAMES}
+            group: dict(zip(COUNTER_FIELD_NAMES, _counters(fields), strict=True))
             for group, fields in self._totals.items()
         }
         for group, counters in self._cgroup_totals.items():

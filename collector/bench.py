@@ -467,6 +467,7 @@ class Served:
     passes: int  # completed in the span, as the page counts them
     per_pass: list[float]  # s: each scrape-to-scrape span that held one pass (schedstat, ns)
     misaligned: int  # scrape-to-scrape spans that held no pass or more than one
+    floor: list[float] = field(default_factory=list)  # s: the floor's passes in the span
 
 
 def measure_served(
@@ -475,13 +476,17 @@ def measure_served(
     passes: int = SERVED_PASSES,
     warmup: int = SERVED_WARMUP,
     interval: float = SERVED_INTERVAL,
+    floor: Callable[[], Sample] | None = None,
 ) -> Served:
     """Scrape once a pass, halfway between two passes (a pass starts every `interval`: the
     phase is found from the moment the page's pass count moves), so that the span from the
     first scrape to the last holds whole passes only, and as many scrapes as passes. The CPU
     is the process's own (psutil: every thread, living or gone), read right after the first
     and the last scrape; the passes are the page's `procdelta_passes_total`. Each
-    scrape-to-scrape span's CPU (the threads' schedstat, to the ns) gives the spread."""
+    scrape-to-scrape span's CPU (the threads' schedstat, to the ns) gives the spread.
+    With `floor`, one pass of the floor (in its own process) right after each scrape,
+    halfway between two passes of the served process: the floor of the same span, as a
+    pass row's floor is measured in the same rounds as its passes."""
     process = psutil.Process(pid)
     page = _until_passes(scraper, warmup, poll=interval / 5)
     seen, deadline = page.passes, time.monotonic() + 10 * interval + 30
@@ -499,6 +504,7 @@ def measure_served(
     cpu = sum(process.cpu_times()[:2])
     thread_ns = _thread_cpu_ns(pid)
     per_pass: list[float] = []
+    floors: list[float] = []
     misaligned = 0
     deadline = time.monotonic() + 4 * passes * interval + 60
     while last - first < passes:
@@ -506,6 +512,8 @@ def measure_served(
         time.sleep(max(0.0, at - time.monotonic()))
         now = scraper.scrape().passes
         now_ns = _thread_cpu_ns(pid)
+        if floor is not None:
+            floors.append(floor().cpu)
         if now - last == 1:
             per_pass.append((now_ns - thread_ns) / 1e9)
         else:
@@ -514,7 +522,7 @@ def measure_served(
         if time.monotonic() > deadline:
             raise RuntimeError(f"procdelta serve completed {last - first} of {passes} passes")
     cpu = sum(process.cpu_times()[:2]) - cpu
-    return Served(cpu / (last - first), last - first, per_pass, misaligned)
+    return Served(cpu / (last - first), last - first, per_pass, misaligned, floors)
 
 
 # The switches whose page the bench weighs: the default, then each turned the other way
@@ -603,7 +611,8 @@ class TableResult:
     @property
     def ratio(self) -> float:
         """A pass row: the median of the rounds' ratios. A served row: the whole span's CPU
-        per pass over the floor (a garbage collection now and then counts, as on a node)."""
+        per pass over the floor (a garbage collection now and then counts, as on a node);
+        `naive` is then the floor measured in the served span."""
         if self.served_failed is not None:
             return math.nan
         if self.served is not None:
@@ -670,7 +679,7 @@ def bench_table(
         )
         whole = None
         if served_passes:
-            whole = _served_row(name, pods_file, served_passes, seen, floor)
+            whole = _served_row(name, pods_file, served_passes, seen, floor, floor_pass)
         if then is not None:
             then(pods_file)
     return [
@@ -692,8 +701,15 @@ def bench_table(
 
 
 def _served_row(
-    name: str, pods_file: str | None, passes: int, seen: tuple[int, int], floor: Sample
+    name: str,
+    pods_file: str | None,
+    passes: int,
+    seen: tuple[int, int],
+    floor: Sample,
+    floor_pass: Callable[[], Sample] | None = None,
 ) -> TableResult:
+    """The served row; its floor is `floor_pass`'s passes in the served span (`floor`,
+    the rounds' floor, where there is none: the machine's pace drifts between spans)."""
     label = f"{name} served"
     try:
         with contextlib.ExitStack() as stack:
@@ -702,11 +718,13 @@ def _served_row(
                 pod_logs, container_logs = stack.enter_context(pod_names(pods_file))
                 args = ["--path.pod-logs", pod_logs, "--path.container-logs", container_logs]
             pid, scraper = stack.enter_context(served(args))
-            whole = measure_served(pid, scraper, passes)
+            whole = measure_served(pid, scraper, passes, floor=floor_pass)
     except (RuntimeError, OSError, http.client.HTTPException) as error:  # said, not raised
         failed = Sample(math.nan, math.nan)
         why = f"{type(error).__name__}: {error}"
         return TableResult(label, seen[0], seen[1], failed, floor, [], None, served_failed=why)
+    if whole.floor:
+        floor = Sample(statistics.median(whole.floor), math.nan)
     return TableResult(
         label, seen[0], seen[1], Sample(whole.cpu_per_pass, math.nan), floor,
         [cpu / floor.cpu for cpu in whole.per_pass], None, None, whole,
@@ -928,8 +946,10 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         "thread: the pass, building, rendering and compressing the page, GC, the scrapes)",
         f"over {SERVED_PASSES} passes after a warm-up of {SERVED_WARMUP}, divided by the passes "
         "its page counts",
-        "in that span; ratio: that over the table's floor; spread: the middle half of the",
-        "pass-by-pass ratios (scrape to scrape). No wall time: a pass waits for its interval.",
+        "in that span; naive: the floor's passes in that span (one after each scrape, in its",
+        "own process: the machine's pace drifts between spans); ratio: cpu over naive;",
+        "spread: the middle half of the pass-by-pass ratios (scrape to scrape). No wall",
+        "time: a pass waits for its interval.",
     ):
         echo(line)
     header = (
