@@ -93,24 +93,40 @@ def group_pass(
         footprint.threads += seen.threads
         footprint.rss_bytes += seen.rss_bytes
     for delta in deltas:
-        group = group_of_pid.get(delta.reading.pid)
+        group = group_of_pid.get(delta.reading.pid, _NOT_READ)
+        if group is _NOT_READ:  # carried, yet guarded as read: the guard had another reading
+            group = _group_of_carried(grouper, delta.reading.cgroup)
         if group is None:  # dropped by --pods-only, unplaced, or its cgroup file is malformed
             continue
         interval_of(group).add(delta.fields)
     for block in carried:
-        group = grouper.group_of(block.cgroup)
+        group = _group_of_carried(grouper, block.cgroup)
         if group is not None:
             footprint = footprint_of(group, block.cgroup)
             footprint.processes += len(block.readings)
             footprint.threads += block.threads
             footprint.rss_bytes += block.rss_bytes
     for cgroup, (processes, observed) in (carried_deltas or {}).items():
-        group = grouper.group_of(cgroup)
+        group = _group_of_carried(grouper, cgroup)
         if group is not None:
             interval = interval_of(group)
             interval.processes += processes
             interval.observed_nanos += observed
     return Grouped(intervals, sums, malformed, dirs, unplaced)
+
+
+_NOT_READ = object()  # a process with no footprint this pass: it was carried
+
+
+def _group_of_carried(grouper: Grouper, cgroup: bytes) -> Group | None:
+    """The group of a carried process, by its cgroup file, as a pass that read it whole
+    would find it (a cgroup is carried only where its file parsed into a placed group;
+    the check costs nothing). None where it is left out of the sums."""
+    try:
+        group = grouper.group_of(cgroup)
+    except Malformed:
+        return None
+    return None if group is UNPLACED else group
 
 
 _counters = attrgetter(*COUNTER_FIELD_NAMES)

@@ -1,8 +1,12 @@
-"""Running totals: accumulated from the guarded deltas, forgotten after a group is gone."""
+"""Per-group sums of a pass (`group_pass`), and running totals: accumulated from the
+guarded deltas, forgotten after a group is gone."""
 
-from collector.aggregate import Totals
-from collector.groups import Group
+from collector.aggregate import Totals, group_pass
+from collector.groups import Group, Grouper, PodNames
 from collector.model import Fields
+from collector.plainread import Carried, Footprint
+from collector.tracker import ProcessDelta
+from tests.test_tracker import SEC, proc
 
 POD = Group("pod", (("namespace", "a"), ("pod", "b"), ("uid", "u"), ("qos", "burstable")))
 HOST = Group("cgroup", (("cgroup", "/system.slice"),))
@@ -33,3 +37,47 @@ def test_totals_accumulate_and_are_forgotten_three_passes_after_the_last_sightin
     # back again: it starts from zero, a counter reset that rate() handles
     totals.add_pass({POD: Fields(processes=1, on_cpu_nanos=1)}, [POD])
     assert totals.snapshot()[POD]["on_cpu_nanos"] == 1
+
+
+def test_a_delta_of_a_carried_process_reaches_its_group_by_its_cgroup_file():
+    """A carried process has no footprint of its own (its block has), yet the guard may
+    give it a `ProcessDelta`: a reading carried that is not the one the guard cached (a
+    pass failed after the reader took it) is guarded as read. Its delta is summed into
+    the group of its cgroup file, as a read process's is, never dropped."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    idle = proc(10, 5_000, 100 * SEC)._replace(cgroup=b"0::/system.slice/idle.service\n")
+    read = proc(20, 5_000, 100 * SEC)._replace(cgroup=b"0::/system.slice/busy.service\n")
+    moved = Fields(processes=1, observed_nanos=10 * SEC, cpu_user_nanos=7)
+    grouped = group_pass(
+        [ProcessDelta(idle, moved, False), ProcessDelta(read, Fields(processes=1), False)],
+        [Footprint(20, read.cgroup, 1, 0)],
+        grouper,
+        [Carried(idle.cgroup, {10: idle}, 1, 0)],
+        {},
+    )
+    idle_group = grouper.group_of(idle.cgroup)
+    assert grouped.intervals[idle_group] == moved
+    assert grouped.footprints[idle_group].processes == 1
+    assert grouped.intervals[grouper.group_of(read.cgroup)].processes == 1
+
+
+def test_carried_blocks_add_their_processes_and_observed_time_to_their_group():
+    """A block's footprint sums and its deltas (processes, observed time: nothing else of
+    it moved) are summed into its cgroup's group, beside a process read in that group."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    cgroup = b"0::/system.slice/idle.service\n"
+    idle = [proc(pid, 5_000, 100 * SEC)._replace(cgroup=cgroup) for pid in (10, 11)]
+    read = proc(12, 5_000, 100 * SEC)._replace(cgroup=cgroup)
+    grouped = group_pass(
+        [ProcessDelta(read, Fields(processes=1, observed_nanos=10 * SEC, on_cpu_nanos=3), False)],
+        [Footprint(12, cgroup, 4, 100)],
+        grouper,
+        [Carried(cgroup, {r.pid: r for r in idle}, 3, 8192)],
+        {cgroup: [2, 2 * 10 * SEC]},
+    )
+    group = grouper.group_of(cgroup)
+    assert grouped.intervals == {
+        group: Fields(processes=3, observed_nanos=3 * 10 * SEC, on_cpu_nanos=3)
+    }
+    footprint = grouped.footprints[group]
+    assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (3, 7, 8292)
