@@ -51,6 +51,31 @@ def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bo
     )
 
 
+class _Undo:
+    """What a pass changed in a tracker's cache, to put it back if the pass fails: per
+    PID its cached reading and its instant cell as they were (None: absent), and each
+    shared cell's instant as it was. Applied in reverse, the oldest value wins."""
+
+    __slots__ = ("cells", "entries")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, ProcessReading | None, list[int] | None]] = []
+        self.cells: list[tuple[list[int], int]] = []
+
+    def apply(self, cache: dict[int, ProcessReading], since_of: dict[int, list[int]]) -> None:
+        for pid, reading, cell in reversed(self.entries):
+            if reading is None:
+                cache.pop(pid, None)
+            else:
+                cache[pid] = reading
+            if cell is None:
+                since_of.pop(pid, None)
+            else:
+                since_of[pid] = cell
+        for cell, ns in reversed(self.cells):
+            cell[0] = ns
+
+
 class Tracker:
     """Keeps one reading per PID (and per TID within it) between passes.
 
@@ -113,19 +138,40 @@ class Tracker:
         none was given since), are such continuations as a whole: their observed time
         is their number times the span since the block's instant, and a block given
         again as the same object costs O(1). A process joining a block is checked on its
-        own; one leaving it keeps the block's last instant as its own."""
+        own; one leaving it keeps the block's last instant as its own.
+
+        All or nothing: a pass that raises midway leaves the cache as it was (the cache is
+        changed in place; what was changed is put back), so the next pass's deltas run
+        from the last pass that completed and nothing of the failed one is lost."""
+        undo = _Undo()
+        try:
+            return self._advance(readings, listed_at_ns, carried, carried_at_ns, undo)
+        except BaseException:
+            undo.apply(self._cache, self._since)
+            raise
+
+    def _advance(
+        self,
+        readings: Iterable[ProcessReading],
+        listed_at_ns: int,
+        carried: Iterable[Carried],
+        carried_at_ns: int | None,
+        undo: _Undo,
+    ) -> Advance:
         result = Advance()
         cache, since_of = self._cache, self._since
         alive: set[int] = set()
         others: list[ProcessReading] = []
-        blocks = self._continue_blocks(carried, carried_at_ns, result.carried, others, alive)
+        blocks = self._continue_blocks(carried, carried_at_ns, result.carried, others, alive, undo)
         if others:
             readings = [*readings, *others]
+        entries = undo.entries
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
             old = cache.get(pid)
             cell = since_of.pop(pid, None)
+            entries.append((pid, old, cell))
             cache[pid] = reading
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if same_process and reading.threads is old.threads:
@@ -168,7 +214,7 @@ class Tracker:
             result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
-        for pid in cache.keys() - alive:  # not seen this pass: gone
+        for pid in cache.keys() - alive:  # not seen this pass: gone (nothing fails after the loop)
             del cache[pid]
             since_of.pop(pid, None)
         self._blocks = blocks
@@ -182,11 +228,14 @@ class Tracker:
         sums: dict[bytes, list[int]],
         others: list[ProcessReading],
         alive: set[int],
+        undo: _Undo,
     ) -> dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]]:
         """Sum each carried block into `sums` ([processes, observed ns] by cgroup file);
         readings that are no continuation of their cached one go to `others`, to be
-        guarded as read. Every PID carried is added to `alive`. This pass's blocks."""
+        guarded as read. Every PID carried is added to `alive`. This pass's blocks. Each
+        instant it moves is noted in `undo`."""
         cache, since_of, before = self._cache, self._since, self._blocks
+        entries = undo.entries
         blocks: dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]] = {}
         for block in carried:
             if at_ns is None:
@@ -207,28 +256,31 @@ class Tracker:
                     ):  # fmt: skip
                         kept = common
                         for pid in accepted_before.keys() - common:  # leaving it this pass
+                            entries.append((pid, cache.get(pid), since_of.get(pid)))
                             since_of[pid] = [cell[0]]  # its instant, not the block's next
             if kept:
                 observed = len(kept) * (at_ns - cell[0])
             else:
                 cell, observed = [at_ns], 0
-            refused: list[int] = []
+            refused: set[int] = set()
             for pid, reading in members.items() if kept is not members else ():
                 if pid in kept:
                     continue
                 old = cache.get(pid)
                 if old is None or reading is not old:
                     others.append(reading)
-                    refused.append(pid)
+                    refused.add(pid)
                     continue
                 since = since_of.get(pid)
                 since_ns = old.at_ns if since is None else since[0]
                 if at_ns < since_ns:
                     others.append(reading)
-                    refused.append(pid)
+                    refused.add(pid)
                     continue
                 observed += at_ns - since_ns
+                entries.append((pid, old, since))
                 since_of[pid] = cell
+            undo.cells.append((cell, cell[0]))
             cell[0] = at_ns
             count = len(members) - len(refused)
             if not count:

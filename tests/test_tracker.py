@@ -439,3 +439,70 @@ def test_a_block_keeping_a_process_under_another_reading_is_not_summed_as_a_carr
     (delta,) = outcome.deltas
     assert delta.reading is moved and delta.fields.cpu_user_nanos == 4 * TICK_NS
     assert delta.fields.observed_nanos == 40 * SEC
+
+
+def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
+    """The cache is changed in place; a pass that raises midway — after a block was
+    carried again (its instant moved), a process left it and another joined it, and a
+    process was read — puts back all it changed. The tracker then is, and guards the
+    next pass, as one that never saw the failed pass."""
+    failed, never = Tracker(HZ), Tracker(HZ)
+    a, b, c = (proc(pid, 5_000, 100 * SEC) for pid in (10, 20, 30))
+    c2 = proc(30, 5_000, 160 * SEC, user=2)
+    block = carry(a, b)
+    for tracker in (failed, never):
+        tracker.advance([a, b, c], 100 * SEC)
+        tracker.advance([c2], 160 * SEC, block, 160 * SEC)
+
+    def state(tracker: Tracker):
+        cells = {pid: (cell[0], id(cell)) for pid, cell in tracker._since.items()}
+        shared = {frozenset(p for p in cells if cells[p][1] == i) for _, i in cells.values()}
+        return dict(tracker._cache), {p: ns for p, (ns, _) in cells.items()}, shared
+
+    before = state(failed)
+
+    def read_then_fail():
+        yield proc(20, 5_000, 200 * SEC, user=5)  # b ran: read, and left the block
+        raise OSError("the pass fails midway")
+
+    with pytest.raises(OSError):  # a stays, c joins with its cached reading, b leaves
+        failed.advance(read_then_fail(), 200 * SEC, carry(a, c2), 200 * SEC)
+    assert state(failed) == before == state(never)
+    after = [
+        t.advance([proc(30, 5_000, 250 * SEC, user=3)], 250 * SEC, block, 250 * SEC)
+        for t in (failed, never)
+    ]
+    assert after[0] == after[1]
+    assert after[0].carried == {b"0::/\n": [2, 2 * 90 * SEC]}
+    assert state(failed) == state(never)
+
+
+def test_a_process_refused_from_a_block_is_not_kept_in_it():
+    """A carried reading that is no continuation (not the cached one) is guarded as read
+    and left out of the block the tracker keeps: the next pass, given the very block
+    again, counts it from its own reading, not from the block's instant."""
+    tracker = Tracker(HZ)
+    a, x = proc(10, 5_000, 100 * SEC), proc(20, 5_000, 100 * SEC)
+    tracker.advance([a, x], 100 * SEC)
+    x2 = proc(20, 5_000, 150 * SEC)  # read by a pass the guard never saw
+    block = carry(a, x2)
+    outcome = tracker.advance([], 160 * SEC, block, 160 * SEC)
+    assert outcome.carried == {b"0::/\n": [1, 60 * SEC]}
+    (delta,) = outcome.deltas
+    assert delta.reading is x2 and delta.fields.observed_nanos == 50 * SEC
+    outcome = tracker.advance([], 200 * SEC, block, 200 * SEC)
+    assert outcome.carried == {b"0::/\n": [2, 40 * SEC + 50 * SEC]}
+
+
+def test_nothing_is_kept_of_a_process_gone_from_a_block():
+    """A process that exits while carried in a block leaves nothing behind: what the
+    tracker keeps per PID is bounded by the process table."""
+    tracker = Tracker(HZ)
+    a, b = proc(10, 5_000, 100 * SEC), proc(20, 5_000, 100 * SEC)
+    tracker.advance([a, b], 100 * SEC)
+    tracker.advance([], 160 * SEC, carry(a, b), 160 * SEC)
+    assert tracker._since.keys() == {10, 20}
+    tracker.advance([], 200 * SEC, carry(a), 200 * SEC)  # b exited
+    assert tracker._cache.keys() == tracker._since.keys() == {10}
+    tracker.advance([proc(10, 5_000, 250 * SEC, user=1)], 250 * SEC)
+    assert tracker._cache.keys() == {10} and not tracker._since
