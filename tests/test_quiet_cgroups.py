@@ -10,9 +10,13 @@ tests/test_incremental.py.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
@@ -33,6 +37,7 @@ S = "system.slice/s.service"  # idle
 CID = "1c" * 32
 # PIDs ≡ 0 mod 8: none is due for its periodic refresh in passes 3 to 7
 IDLE_A, IDLE_A2, RUNS_B, IDLE_S, NEW_A = 8, 16, 24, 32, 40
+SECOND = 9  # IDLE_A's second thread
 
 
 class Capturing:
@@ -74,6 +79,16 @@ class Node:
 
     def write(self) -> None:
         write_proc(self.proc, tuple(self.processes), 0, in_place=True)
+        # IDLE_A has a second thread, idle as the first: a block's footprint counts threads
+        idle = self.proc / str(IDLE_A)
+        if idle.exists():
+            task = idle / "task"
+            shutil.copytree(task / str(IDLE_A), task / str(SECOND), dirs_exist_ok=True)
+            stat = (idle / "stat").read_text().replace(" 20 0 1 0 ", " 20 0 2 0 ", 1)
+            for path in (idle / "stat", task / str(IDLE_A) / "stat"):
+                path.write_text(stat)
+            (task / str(SECOND) / "stat").write_text(f"{SECOND}{stat[len(str(IDLE_A)) :]}")
+            shutil.copy(task / str(IDLE_A) / "io", idle / "io")  # the process's own sums
         for path, usage in self.usage.items():
             directory = self.cgroup / path
             (directory / CID).mkdir(parents=True, exist_ok=True)
@@ -117,6 +132,16 @@ def same_sums(ours: PassResult, theirs: PassResult) -> bool:
             other, observed_nanos=0
         ), group
     return True
+
+
+def pass_of_both(fast: Engine, full: Engine, counting: CountingProcFS) -> set[int]:
+    """A pass of the fast engine and of the plain one: their readings are the same. The
+    PIDs the fast one read a file of."""
+    counting.by_pid.clear()
+    fast.run_pass()
+    full.run_pass()
+    assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
+    return {pid for (pid, _), n in counting.by_pid.items() if n}
 
 
 def test_idle_groups_are_carried_unread_and_identical_to_a_full_read(tmp_path):
@@ -201,7 +226,7 @@ def test_without_cgroup_usage_nothing_is_carried(tmp_path):
         result = fast.run_pass()
         assert result.carried_by_cgroup == 0
     assert counting.by_pid[IDLE_A, "stat"] == 0  # quiet by its schedstat alone: stat not read
-    assert counting.by_pid[IDLE_A, "task/schedstat"] == 1  # but its thread was read
+    assert counting.by_pid[IDLE_A, "task/schedstat"] == 2  # but its two threads were read
 
 
 def test_an_interval_with_the_shortcut_sums_the_same(tmp_path):
@@ -305,17 +330,14 @@ def test_a_block_whose_process_exited_or_whose_pid_names_a_new_one_is_looked_at_
     )
 
     def both() -> set[int]:
-        counting.by_pid.clear()
-        fast.run_pass()
-        full.run_pass()
-        assert comparable(fast.reader.last.every_process) == comparable(
-            full.reader.last.every_process
-        )
-        return {pid for (pid, _), n in counting.by_pid.items() if n}
+        return pass_of_both(fast, full, counting)
 
     for _ in range(4):  # A's two processes carried, as a block from the fourth pass
         read = both()
     assert not read & {IDLE_A, IDLE_A2}
+    blocks = fast.reader.last.carried
+    both()  # the blocks stand: carried again as they are, without a look at each process
+    assert all(map(operator.is_, fast.reader.last.carried, blocks))
     # IDLE_A2 exits; a new process takes its PID, in pod A: a new `<pid>` directory
     os.rename(node.proc / str(IDLE_A2), tmp_path / "exited")  # its inode stays taken
     node.processes[1] = dataclasses.replace(
@@ -330,3 +352,92 @@ def test_a_block_whose_process_exited_or_whose_pid_names_a_new_one_is_looked_at_
     both()
     carried = {pid for block in fast.reader.last.carried for pid in block.readings}
     assert carried == {IDLE_A, RUNS_B, IDLE_S}  # B does not run in this test
+    # what either keeps per PID is bounded by the process table: nothing of the gone one
+    reader, tracker = fast.reader.reader, fast.tracker
+    listed = {IDLE_A, RUNS_B, IDLE_S}
+    assert reader._previous.keys() == listed and reader._confirmed == listed
+    assert tracker._cache.keys() == listed and tracker._since.keys() <= listed
+
+
+def test_a_pid_naming_a_new_process_has_its_cgroup_read_at_its_first_two_sightings(tmp_path):
+    """A `cgroup` file is taken unread only once it read the same twice running; a PID
+    that names a new process starts over (a new process may be moved into its
+    container's cgroup just after it starts). IDLE_S's PID names a new process, in S at
+    its first sighting and in pod A at its second: the fast reader sees it there too."""
+    node = Node(tmp_path)
+    (fast, counting), (full, _) = (
+        node.engine(True, ScriptedClock()),
+        node.engine(False, ScriptedClock()),
+    )
+    for _ in range(3):  # IDLE_S's cgroup confirmed, and carried
+        read = pass_of_both(fast, full, counting)
+    assert IDLE_S not in read
+    os.rename(node.proc / str(IDLE_S), tmp_path / "exited")  # its inode stays taken
+    new = dataclasses.replace(process(IDLE_S, S), comm="new", start_ticks=300)
+    node.processes[3] = new
+    node.write()
+    assert IDLE_S in pass_of_both(fast, full, counting)
+    node.processes[3] = dataclasses.replace(new, cgroup=f"0::/{A}/{CID}\n")
+    node.write()
+    pass_of_both(fast, full, counting)
+    (moved,) = (r for r in fast.reader.last.every_process if r.pid == IDLE_S)
+    assert moved.cgroup == f"0::/{A}/{CID}\n".encode()
+
+
+class FailOnce:
+    """A tracker whose next `advance` fails once, in its loop over the processes read,
+    after it guarded every one of them."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.armed = False
+
+    def __getattr__(self, name):
+        return getattr(self.tracker, name)
+
+    def advance(self, readings, *args):
+        if self.armed:
+            self.armed = False
+
+            def failing(given):
+                yield from given
+                raise OSError("the pass fails midway")
+
+            readings = failing(readings)
+        return self.tracker.advance(readings, *args)
+
+
+def test_a_pass_that_fails_after_its_read_loses_nothing_of_the_next(tmp_path):
+    """A pass fails after the reader read it, in the guard. The reader keeps what it read
+    (the next pass carries those very readings, which the guard never accepted); the
+    guard keeps what it had. The next pass sums what a plain full read over the same
+    failure sums, every process with its interval since the last pass that completed;
+    and the totals are those of a run where no pass failed."""
+    node = Node(tmp_path)
+    (fast, _), (full, _) = node.engine(True, ScriptedClock()), node.engine(False, ScriptedClock())
+    unfailing, _ = node.engine(False, ScriptedClock())
+    fast.tracker, full.tracker = FailOnce(fast.tracker), FailOnce(full.tracker)
+    run_b(node, 1)
+    node.write()
+    for engine in (fast, full, unfailing):
+        engine.run_pass()
+    # the second pass reads A's processes whole, and the third would carry them: it fails
+    run_b(node, 2)
+    node.write()
+    for engine in (fast, full):
+        engine.tracker.armed = True
+        with pytest.raises(OSError):
+            engine.run_pass()
+    unfailing.run_pass()
+    run_b(node, 3)
+    node.write()
+    ours, theirs = fast.run_pass(), full.run_pass()
+    assert ours.carried_by_cgroup == 2  # A's, as read by the failed pass
+    assert same_sums(ours, theirs)
+    assert sum(f.processes for f in ours.intervals.values()) == 4
+
+    def counts(totals):
+        return {g: {k: v for k, v in t.items() if k != "observed_nanos"} for g, t in totals.items()}
+
+    assert counts(ours.totals) == counts(unfailing.run_pass().totals)
+    assert any(t["on_cpu_nanos"] for t in ours.totals.values())  # B ran
