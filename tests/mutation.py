@@ -87,6 +87,7 @@ CGROUPFS = "collector/cgroupfs.py"
 ENGINE = "collector/engine.py"
 TRACKER = "collector/tracker.py"
 CGROUPGUARD = "collector/cgroupguard.py"
+AGGREGATE = "collector/aggregate.py"
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,36 @@ def _mutants() -> Iterator[Mutant]:
         "threads = self._read_threads(pid, stat, None if whole else previous, probe)",
         "threads = self._read_threads(pid, stat, previous, probe)",
         "a whole read still carries idle threads' readings: thread shortcuts are never bounded",
+    )  # fmt: skip
+    yield m(
+        "reading/block-threads-as-processes", READING,
+        "sum(len(r.threads) for r in readings.values()),",
+        "len(readings),",
+        "a carried block's footprint counts a process's threads as one",
+    )  # fmt: skip
+    yield m(
+        "reading/block_stands-forced-false", READING,
+        "return block.inos.items() <= listed and quiet(block.carried.cgroup)",
+        "return False",
+        "an idle pod's block looked at process by process every pass: untested if this survives",
+    )  # fmt: skip
+    yield m(
+        "reading/confirmed-kept-on-read", READING,
+        "confirmed.discard(pid)",
+        "pass",
+        "a PID naming a new process keeps the old one's settled cgroup: its move unseen",
+    )  # fmt: skip
+    yield m(
+        "reading/gone-previous-kept", READING,
+        "del previous_pass[pid]",
+        "pass",
+        "what the reader keeps of a gone process is never dropped: memory beyond the table",
+    )  # fmt: skip
+    yield m(
+        "reading/gone-confirmed-kept", READING,
+        "confirmed.difference_update(gone)",
+        "pass",
+        "a gone PID stays in the settled set: memory beyond the table",
     )  # fmt: skip
     # -- collector/cgroupfs.py: the cgroup reader's shortcuts ------------------------------
     yield m(
@@ -536,6 +567,49 @@ def _mutants() -> Iterator[Mutant]:
         "since_of[pid] = [cell[0]]",
         "pass",
         "a process leaving a block to be read counts from the block's new instant: its span lost",
+    )  # fmt: skip
+    yield m(
+        "tracker/refused-kept-in-block", TRACKER,
+        "if refused:",
+        "if False:",
+        "a reading refused from a block is kept in it: the next pass counts it from the block",
+    )  # fmt: skip
+    yield m(
+        "tracker/gone-instant-kept", TRACKER,
+        "del cache[pid]\n            since_of.pop(pid, None)",
+        "del cache[pid]",
+        "the instant of a gone process is never dropped: memory beyond the table",
+    )  # fmt: skip
+    yield m(
+        "tracker/undo-dropped", TRACKER,
+        "undo.apply(self._cache, self._since)",
+        "pass",
+        "a pass that fails midway leaves half its readings cached: their span lost",
+    )  # fmt: skip
+    yield m(
+        "tracker/undo-instants-dropped", TRACKER,
+        "cell[0] = ns",
+        "pass",
+        "a failed pass leaves a block's instant moved: the span to it lost",
+    )  # fmt: skip
+    yield m(
+        "tracker/undo-in-order", TRACKER,
+        "for pid, reading, cell in reversed(self.entries):",
+        "for pid, reading, cell in self.entries:",
+        "a PID changed twice by a failed pass is put back to its middle state",
+    )  # fmt: skip
+    # -- collector/aggregate.py: the sums ---------------------------------------------------
+    yield m(
+        "aggregate/carried-delta-dropped", AGGREGATE,
+        "group = _group_of_carried(grouper, delta.reading.cgroup)",
+        "continue",
+        "the delta of a carried reading the guard had not accepted is lost",
+    )  # fmt: skip
+    yield m(
+        "aggregate/carried-observed-dropped", AGGREGATE,
+        "interval.observed_nanos += observed",
+        "pass",
+        "a carried block's processes add to the count, not to the observed time",
     )  # fmt: skip
     # -- collector/cgroupguard.py: the cgroup guard ----------------------------------------
     yield m(
