@@ -273,7 +273,8 @@ class Reader:
         the processes read, one block per cgroup (`PassReadings.carried`). Last pass's
         block of a cgroup still quiet is carried as it is where `block_stands`, less its
         processes due to be read whole, which are read whole: an idle pod costs a look at
-        its block, not at each of its processes."""
+        its block, not at each of its processes (and, in a pass where one of them is due,
+        a new block of the rest, made process by process)."""
         self._passes += 1
         previous_pass, confirmed = self._previous, self._confirmed
         listed_at = self.clock()
