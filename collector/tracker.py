@@ -52,9 +52,11 @@ def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bo
 
 
 class _Undo:
-    """What a pass changed in a tracker's cache, to put it back if the pass fails: per
-    PID its cached reading and its instant cell as they were (None: absent), and each
-    shared cell's instant as it was. Applied in reverse, the oldest value wins."""
+    """What a pass's blocks changed in a tracker's cache before its processes read were
+    guarded, to put it back if the pass fails: per PID its cached reading and its instant
+    cell as they were (None: absent), and each shared cell's instant as it was. Applied in
+    reverse, the oldest value wins. (The processes read are written only once the pass
+    can no longer fail.)"""
 
     __slots__ = ("cells", "entries")
 
@@ -141,8 +143,9 @@ class Tracker:
         own; one leaving it keeps the block's last instant as its own.
 
         All or nothing: a pass that raises midway leaves the cache as it was (the cache is
-        changed in place; what was changed is put back), so the next pass's deltas run
-        from the last pass that completed and nothing of the failed one is lost."""
+        changed in place: what the blocks changed is put back, and the processes read are
+        written only once all of them are guarded), so the next pass's deltas run from the
+        last pass that completed and nothing of the failed one is lost."""
         undo = _Undo()
         try:
             return self._advance(readings, listed_at_ns, carried, carried_at_ns, undo)
@@ -163,16 +166,15 @@ class Tracker:
         alive: set[int] = set()
         others: list[ProcessReading] = []
         blocks = self._continue_blocks(carried, carried_at_ns, result.carried, others, alive, undo)
-        if others:
+        # The processes read are guarded against the cache as it stands and written into
+        # it only once every one of them is (below): a pass that fails midway wrote none.
+        if others or not isinstance(readings, (list, tuple)):  # iterated twice
             readings = [*readings, *others]
-        entries = undo.entries
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
             old = cache.get(pid)
-            cell = since_of.pop(pid, None)
-            entries.append((pid, old, cell))
-            cache[pid] = reading
+            cell = since_of.get(pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
@@ -214,7 +216,13 @@ class Tracker:
             result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
-        for pid in cache.keys() - alive:  # not seen this pass: gone (nothing fails after the loop)
+        # Nothing fails below: the pass is taken whole.
+        for reading in readings:
+            pid = reading.pid
+            cache[pid] = reading
+            if pid in since_of:  # its instant is this reading's own from now on
+                del since_of[pid]
+        for pid in cache.keys() - alive:  # not seen this pass: gone
             del cache[pid]
             since_of.pop(pid, None)
         self._blocks = blocks

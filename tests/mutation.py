@@ -581,6 +581,18 @@ def _mutants() -> Iterator[Mutant]:
         "the instant of a gone process is never dropped: memory beyond the table",
     )  # fmt: skip
     yield m(
+        "tracker/read-written-midway", TRACKER,
+        "            cell = since_of.get(pid)\n",
+        "            cell = since_of.get(pid)\n            cache[pid] = reading\n",
+        "a process read is cached before the pass is taken: a failed pass leaves it cached",
+    )  # fmt: skip
+    yield m(
+        "tracker/read-instant-kept", TRACKER,
+        "                del since_of[pid]\n",
+        "                pass\n",
+        "a process read keeps the instant it was carried to: its next span counted from there",
+    )  # fmt: skip
+    yield m(
         "tracker/undo-dropped", TRACKER,
         "undo.apply(self._cache, self._since)",
         "pass",
@@ -591,12 +603,6 @@ def _mutants() -> Iterator[Mutant]:
         "cell[0] = ns",
         "pass",
         "a failed pass leaves a block's instant moved: the span to it lost",
-    )  # fmt: skip
-    yield m(
-        "tracker/undo-in-order", TRACKER,
-        "for pid, reading, cell in reversed(self.entries):",
-        "for pid, reading, cell in self.entries:",
-        "a PID changed twice by a failed pass is put back to its middle state",
     )  # fmt: skip
     # -- collector/aggregate.py: the sums ---------------------------------------------------
     yield m(

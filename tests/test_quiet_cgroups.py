@@ -385,8 +385,8 @@ def test_a_pid_naming_a_new_process_has_its_cgroup_read_at_its_first_two_sightin
 
 
 class FailOnce:
-    """A tracker whose next `advance` fails once, in its loop over the processes read,
-    after it guarded every one of them."""
+    """A tracker whose next `advance` fails once, as it takes the processes read (they
+    come as an iterable that raises after the last one)."""
 
     def __init__(self, tracker: Tracker):
         self.tracker = tracker

@@ -443,16 +443,16 @@ def test_a_block_keeping_a_process_under_another_reading_is_not_summed_as_a_carr
 
 def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
     """The cache is changed in place; a pass that raises midway — after a block was
-    carried again (its instant moved), a process left it and another joined it, and a
-    process was read — puts back all it changed. The tracker then is, and guards the
+    carried again (its instant moved), a process left it and another joined it, and
+    processes were read — puts back all it changed. The tracker then is, and guards the
     next pass, as one that never saw the failed pass."""
     failed, never = Tracker(HZ), Tracker(HZ)
-    a, b, c = (proc(pid, 5_000, 100 * SEC) for pid in (10, 20, 30))
-    c2 = proc(30, 5_000, 160 * SEC, user=2)
+    a, b, c, d = (proc(pid, 5_000, 100 * SEC) for pid in (10, 20, 30, 40))
+    c2, d2 = (proc(pid, 5_000, 160 * SEC, user=2) for pid in (30, 40))
     block = carry(a, b)
     for tracker in (failed, never):
-        tracker.advance([a, b, c], 100 * SEC)
-        tracker.advance([c2], 160 * SEC, block, 160 * SEC)
+        tracker.advance([a, b, c, d], 100 * SEC)
+        tracker.advance([c2, d2], 160 * SEC, block, 160 * SEC)
 
     def state(tracker: Tracker):
         cells = {pid: (cell[0], id(cell)) for pid, cell in tracker._since.items()}
@@ -461,19 +461,19 @@ def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
 
     before = state(failed)
 
-    def read_then_fail():
-        yield proc(20, 5_000, 200 * SEC, user=5)  # b ran: read, and left the block
-        raise OSError("the pass fails midway")
-
-    with pytest.raises(OSError):  # a stays, c joins with its cached reading, b leaves
-        failed.advance(read_then_fail(), 200 * SEC, carry(a, c2), 200 * SEC)
-    assert state(failed) == before == state(never)
-    after = [
-        t.advance([proc(30, 5_000, 250 * SEC, user=3)], 250 * SEC, block, 250 * SEC)
-        for t in (failed, never)
+    read_then_fail = [
+        proc(40, 5_000, 200 * SEC, user=4),  # d ran again: read
+        proc(20, 5_000, 200 * SEC, user=5),  # b ran: read, and left the block
+        proc(50, 5_000, 200 * SEC)._replace(threads=None),  # one the guard cannot take
     ]
+    with pytest.raises(TypeError):  # a stays, c joins with its cached reading, b leaves
+        failed.advance(read_then_fail, 200 * SEC, carry(a, c2), 200 * SEC)
+    assert state(failed) == before == state(never)
+    last = [proc(30, 5_000, 250 * SEC, user=3), proc(40, 5_000, 250 * SEC, user=6)]
+    after = [t.advance(last, 250 * SEC, block, 250 * SEC) for t in (failed, never)]
     assert after[0] == after[1]
     assert after[0].carried == {b"0::/\n": [2, 2 * 90 * SEC]}
+    assert [delta.fields.observed_nanos for delta in after[0].deltas] == [90 * SEC] * 2
     assert state(failed) == state(never)
 
 
