@@ -81,6 +81,7 @@ def group_pass(
             group = grouper.group_of(seen.cgroup)
         except Malformed:
             malformed.add(seen.pid)
+            group_of_pid[seen.pid] = None
             continue
         if group is UNPLACED:
             unplaced += 1

@@ -81,3 +81,31 @@ def test_carried_blocks_add_their_processes_and_observed_time_to_their_group():
     }
     footprint = grouped.footprints[group]
     assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (3, 7, 8292)
+
+
+def test_a_process_read_with_a_malformed_cgroup_file_is_counted_once_and_left_out():
+    """A process read whose cgroup file does not parse is named among the malformed and
+    left out of every sum; its delta is dropped with it, its cgroup file parsed once (not
+    again as if it were carried), and the pass goes on."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    bad = proc(10, 5_000, 100 * SEC)._replace(cgroup=b"garbage\n")
+    good = proc(20, 5_000, 100 * SEC)._replace(cgroup=b"0::/system.slice/busy.service\n")
+    parsed: list[bytes] = []
+    group_of = grouper.group_of
+
+    def counting(cgroup: bytes):
+        parsed.append(cgroup)
+        return group_of(cgroup)
+
+    grouper.group_of = counting
+    grouped = group_pass(
+        [ProcessDelta(bad, Fields(processes=1, on_cpu_nanos=5), False),
+         ProcessDelta(good, Fields(processes=1, on_cpu_nanos=7), False)],
+        [Footprint(10, bad.cgroup, 1, 0), Footprint(20, good.cgroup, 1, 0)],
+        grouper,
+        [],
+        {},
+    )  # fmt: skip
+    assert grouped.malformed_pids == {10}
+    assert grouped.intervals == {group_of(good.cgroup): Fields(processes=1, on_cpu_nanos=7)}
+    assert parsed.count(bad.cgroup) == 1
