@@ -52,24 +52,19 @@ def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bo
 
 
 class _Undo:
-    """What a pass's blocks changed in a tracker's cache before its processes read were
-    guarded, to put it back if the pass fails: per PID its cached reading and its instant
-    cell as they were (None: absent), and each shared cell's instant as it was. Applied in
-    reverse, the oldest value wins. (The processes read are written only once the pass
-    can no longer fail.)"""
+    """The instants a pass's blocks moved before its processes read were guarded, to put
+    them back if the pass fails (the cache itself is written only once the pass is taken):
+    per PID its instant cell as it was (None: absent), and each shared cell's instant as
+    it was. Applied in reverse, the oldest value wins."""
 
     __slots__ = ("cells", "entries")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[int, ProcessReading | None, list[int] | None]] = []
+        self.entries: list[tuple[int, list[int] | None]] = []
         self.cells: list[tuple[list[int], int]] = []
 
-    def apply(self, cache: dict[int, ProcessReading], since_of: dict[int, list[int]]) -> None:
-        for pid, reading, cell in reversed(self.entries):
-            if reading is None:
-                cache.pop(pid, None)
-            else:
-                cache[pid] = reading
+    def apply(self, since_of: dict[int, list[int]]) -> None:
+        for pid, cell in reversed(self.entries):
             if cell is None:
                 since_of.pop(pid, None)
             else:
@@ -142,15 +137,16 @@ class Tracker:
         again as the same object costs O(1). A process joining a block is checked on its
         own; one leaving it keeps the block's last instant as its own.
 
-        All or nothing: a pass that raises midway leaves the cache as it was (the cache is
-        changed in place: what the blocks changed is put back, and the processes read are
-        written only once all of them are guarded), so the next pass's deltas run from the
-        last pass that completed and nothing of the failed one is lost."""
+        All or nothing: a pass that raises midway leaves the tracker as it was (the
+        processes read are written into the cache, and this pass's blocks kept, only once
+        all of them are guarded; the instants the blocks moved before are put back), so the
+        next pass's deltas run from the last pass that completed and nothing of the failed
+        one is lost."""
         undo = _Undo()
         try:
             return self._advance(readings, listed_at_ns, carried, carried_at_ns, undo)
         except BaseException:
-            undo.apply(self._cache, self._since)
+            undo.apply(self._since)
             raise
 
     def _advance(
@@ -264,7 +260,7 @@ class Tracker:
                     ):  # fmt: skip
                         kept = common
                         for pid in accepted_before.keys() - common:  # leaving it this pass
-                            entries.append((pid, cache.get(pid), since_of.get(pid)))
+                            entries.append((pid, since_of.get(pid)))
                             since_of[pid] = [cell[0]]  # its instant, not the block's next
             if kept:
                 observed = len(kept) * (at_ns - cell[0])
@@ -286,7 +282,7 @@ class Tracker:
                     refused.add(pid)
                     continue
                 observed += at_ns - since_ns
-                entries.append((pid, old, since))
+                entries.append((pid, since))
                 since_of[pid] = cell
             undo.cells.append((cell, cell[0]))
             cell[0] = at_ns

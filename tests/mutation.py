@@ -593,8 +593,20 @@ def _mutants() -> Iterator[Mutant]:
         "a process read keeps the instant it was carried to: its next span counted from there",
     )  # fmt: skip
     yield m(
+        "tracker/blocks-kept-on-failure", TRACKER,
+        "        if others or not isinstance(",
+        "        self._blocks = blocks\n        if others or not isinstance(",
+        "a failed pass's blocks are kept: the next pass counts them from the failed instant",
+    )  # fmt: skip
+    yield m(
+        "tracker/iterator-read-once", TRACKER,
+        "if others or not isinstance(readings, (list, tuple)):",
+        "if others:",
+        "readings given as an iterator are used up by the guard: none is kept",
+    )  # fmt: skip
+    yield m(
         "tracker/undo-dropped", TRACKER,
-        "undo.apply(self._cache, self._since)",
+        "undo.apply(self._since)",
         "pass",
         "a pass that fails midway leaves half its readings cached: their span lost",
     )  # fmt: skip
@@ -605,6 +617,12 @@ def _mutants() -> Iterator[Mutant]:
         "a failed pass leaves a block's instant moved: the span to it lost",
     )  # fmt: skip
     # -- collector/aggregate.py: the sums ---------------------------------------------------
+    yield m(
+        "aggregate/malformed-read-parsed-again", AGGREGATE,
+        "            group_of_pid[seen.pid] = None\n            continue\n",
+        "            continue\n",
+        "a read process's malformed cgroup file is parsed again for its delta: the pass raises",
+    )  # fmt: skip
     yield m(
         "aggregate/carried-delta-dropped", AGGREGATE,
         "group = _group_of_carried(grouper, delta.reading.cgroup)",

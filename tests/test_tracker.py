@@ -457,7 +457,14 @@ def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
     def state(tracker: Tracker):
         cells = {pid: (cell[0], id(cell)) for pid, cell in tracker._since.items()}
         shared = {frozenset(p for p in cells if cells[p][1] == i) for _, i in cells.values()}
-        return dict(tracker._cache), {p: ns for p, (ns, _) in cells.items()}, shared
+        blocks = {c: (id(members), cell[0]) for c, (members, cell) in tracker._blocks.items()}
+        return (
+            dict(tracker._cache),
+            {p: ns for p, (ns, _) in cells.items()},
+            shared,
+            blocks,
+            tracker.previous_listing_ns,
+        )
 
     before = state(failed)
 
@@ -475,6 +482,29 @@ def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
     assert after[0].carried == {b"0::/\n": [2, 2 * 90 * SEC]}
     assert [delta.fields.observed_nanos for delta in after[0].deltas] == [90 * SEC] * 2
     assert state(failed) == state(never)
+
+
+def test_a_block_of_a_failed_pass_is_not_kept():
+    """The blocks a failed pass was given are not kept: given again as the very object,
+    a block counts each of its processes from the last pass that completed."""
+    tracker = Tracker(HZ)
+    a = proc(10, 5_000, 100 * SEC)
+    tracker.advance([a], 100 * SEC)
+    block = carry(a)
+    broken = proc(50, 5_000, 200 * SEC)._replace(threads=None)
+    with pytest.raises(TypeError):
+        tracker.advance([broken], 200 * SEC, block, 200 * SEC)
+    assert tracker.advance([], 300 * SEC, block, 300 * SEC).carried == {b"0::/\n": [1, 200 * SEC]}
+
+
+def test_readings_given_as_an_iterator_are_all_guarded_and_kept():
+    """`advance` takes any iterable of readings: an iterator is read once, and every
+    reading in it is both guarded and kept for the next pass."""
+    tracker = Tracker(HZ)
+    tracker.advance(iter([proc(10, 5_000, 100 * SEC)]), 100 * SEC)
+    outcome = tracker.advance(iter([proc(10, 5_000, 160 * SEC, user=3)]), 160 * SEC)
+    (delta,) = outcome.deltas
+    assert delta.fields.observed_nanos == 60 * SEC and not outcome.refused
 
 
 def test_a_process_refused_from_a_block_is_not_kept_in_it():
