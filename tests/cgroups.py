@@ -7,11 +7,14 @@ that needs it: these tests prove what fixtures cannot and must not silently skip
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 WORKLOAD = Path(__file__).parent / "workload.py"
@@ -40,28 +43,69 @@ def hierarchy(kind: str) -> str:
     return point
 
 
+# The directories these tests made and have not removed yet, one path a line: test runs
+# side by side (the mutation runner's jobs) share the parents they make (`kubepods/...`),
+# and the last one out of a parent removes it. Nothing else is ever removed.
+_MADE = os.path.join(tempfile.gettempdir(), "procdelta-test-cgroups")
+
+
+@contextlib.contextmanager
+def _made() -> Iterator[set[str]]:
+    """The set of directories made by tests, under an exclusive lock; written back after."""
+    with open(_MADE + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            try:
+                with open(_MADE) as registry:
+                    made = set(registry.read().split("\n")) - {""}
+            except FileNotFoundError:
+                made = set()
+            yield made
+            with open(_MADE, "w") as registry:
+                registry.write("".join(f"{path}\n" for path in sorted(made)))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _remove(path: str) -> bool:
+    """rmdir `path`, waiting for the processes just killed in it to leave; False where it
+    still holds a cgroup (another test's) or a process."""
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if any(entry.is_dir() for entry in os.scandir(path)):
+                return False
+            time.sleep(0.05)
+    return False
+
+
 @contextlib.contextmanager
 def cgroup(kind: str, relative: str):
-    """Create `<mount>/<relative>` (and its parents); on exit empty and remove what we made."""
+    """Create `<mount>/<relative>` (and its parents); on exit empty what we made and remove
+    it, with each parent a test made that no other test still uses."""
     root = hierarchy(kind)
     created: list[str] = []
     path = root
-    for part in relative.strip("/").split("/"):
-        path = os.path.join(path, part)
-        if not os.path.isdir(path):
-            os.mkdir(path)
-            created.append(path)
+    with _made() as made:
+        for part in relative.strip("/").split("/"):
+            path = os.path.join(path, part)
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                created.append(path)
+                made.add(path)
     try:
         yield path
     finally:
-        for made in reversed(created):
-            _evict(made, root)
-            for _ in range(50):
-                try:
-                    os.rmdir(made)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+        with _made() as made:
+            for directory in reversed(created):
+                _evict(directory, root)
+            while path != root and path in made and _remove(path):
+                made.discard(path)
+                path = os.path.dirname(path)
 
 
 @contextlib.contextmanager

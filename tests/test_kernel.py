@@ -6,6 +6,7 @@ writable cgroup hierarchies (v2 and the v1 `cpu` controller); fails without them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -16,7 +17,7 @@ import pytest
 from collector.cli import Options, build_engine
 from collector.engine import PassResult
 from collector.model import Fields
-from tests.cgroups import Workload, cgroup
+from tests.cgroups import Workload, cgroup, hierarchy
 
 pytestmark = pytest.mark.kernel
 
@@ -159,3 +160,26 @@ def _proc_io_write_bytes(pid: int) -> int:
             if line.startswith("write_bytes:"):
                 return int(line.split()[1])
     raise AssertionError("no write_bytes line")
+
+
+@pytest.mark.parametrize("kind", ["v2", "cpu"])
+def test_a_parent_two_tests_share_is_removed_by_the_last_one_out(kind):
+    """Test runs side by side (the mutation runner's jobs) make the same parents: the one
+    that made a parent may leave first, while the other's cgroup is still in it. The
+    parent goes when the last one leaves; a directory no test made is never removed."""
+    root = hierarchy(kind)
+    outer = f"procdelta-shared-{uuid.uuid4().hex[:8]}"
+    os.mkdir(os.path.join(root, outer))  # made here, not by `cgroup`: it must stay
+    try:
+        first = cgroup(kind, f"{outer}/parent/first")
+        first_path = first.__enter__()
+        with cgroup(kind, f"{outer}/parent/second") as second_path:
+            first.__exit__(None, None, None)  # the maker of the parent leaves first
+            assert not os.path.exists(first_path)
+            assert os.path.isdir(second_path)
+        assert not os.path.exists(os.path.join(root, outer, "parent"))
+        assert os.path.isdir(os.path.join(root, outer))
+    finally:
+        for leftover in ("parent/second", "parent/first", "parent", ""):
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(os.path.join(root, outer, leftover))
