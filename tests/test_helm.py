@@ -91,8 +91,16 @@ def test_schema_accepts_the_values_files(name):
         ({"procdelta": {"perContainers": True}}, "additional properties 'perContainers'"),
         ({"service": {"port": 70000}}, "/service/port"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
-        ({"prometheusRule": {"alerts": {"podCPUStarved": {"starvation": "25%"}}}}, "starvation"),
-        ({"prometheusRule": {"alerts": {"down": {"for": "5 minutes"}}}}, "/down/for"),
+        (
+            {"prometheusRule": {"alerts": {"podCPUStarved": {"neighboursShare": "25%"}}}},
+            "/podCPUStarved/neighboursShare",
+        ),
+        ({"prometheusRule": {"alerts": {"podCPUThrottled": {"waitShare": 1.5}}}}, "waitShare"),
+        ({"prometheusRule": {"alerts": {"targetDown": {"for": "5 minutes"}}}}, "/targetDown/for"),
+        (
+            {"prometheusRule": {"alerts": {"podCPUStarved": {"starvation": 0.25}}}},
+            "additional properties 'starvation'",
+        ),
         ({"prometheusRule": {"alerts": {"workloadCPUStarved": {"podShare": 1.5}}}}, "podShare"),
         ({"prometheusRule": {"alerts": {"podCPUStarved": {"enabled": "no"}}}}, "enabled"),
         ({"prometheus": {"monitor": {"enabled": "yes"}}}, "/prometheus/monitor/enabled"),
@@ -354,6 +362,7 @@ def test_dashboard_configmap_is_the_dashboard():
 
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "procdelta.rules.test.yml"
 WORKLOAD_RULE_TESTS = RULE_TESTS.with_name("procdelta.workload.rules.test.yml")
+CAUSES_RULE_TESTS = RULE_TESTS.with_name("procdelta.causes.rules.test.yml")
 
 
 def rule_file(values: dict, path: Path) -> Path:
@@ -368,78 +377,90 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
 
 def test_prometheus_rule_passes_the_rule_tests(tmp_path):
     """The chart's groups with default values, through `promtool check` and every case of
-    deploy/prometheus/procdelta.rules.test.yml."""
+    deploy/prometheus/procdelta{,.workload,.causes}.rules.test.yml."""
     rules = rule_file({}, tmp_path / "procdelta.rules.yml")
     result = promtool("check", "rules", str(rules))
     assert result.returncode == 0, result.stdout + result.stderr
-    for tests in (RULE_TESTS, WORKLOAD_RULE_TESTS):
+    for tests in (RULE_TESTS, WORKLOAD_RULE_TESTS, CAUSES_RULE_TESTS):
         (tmp_path / tests.name).write_text(tests.read_text())
         result = promtool("test", "rules", str(tmp_path / tests.name))
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+def rule_cases() -> dict[str, dict]:
+    return {c["name"]: c for c in yaml.safe_load(RULE_TESTS.read_text())["tests"]}
+
+
+def moved(text: str, old: str, new: str) -> str:
+    """The text with a threshold's words replaced; they must be there."""
+    assert old in text, (old, text)
+    return text.replace(old, new)
+
+
 def test_alert_thresholds_are_values(tmp_path):
-    """Thresholds and durations set through values change when the alerts fire: the
-    fixtures' starved pod (starvation 0.5 from the first minute) and stalled node (last
-    pass 10 minutes ago) under moved thresholds."""
+    """Thresholds, durations and severities set through values change when the alerts fire:
+    the fixtures' starved pod (its neighbours' share 0.5 from the first minute) fires sooner
+    and louder under a lower threshold, not at all under a higher one, nor the throttled pod
+    (its quota's share 0.9, every period throttled) under higher shares; the stalled node
+    (last pass 10 minutes ago) and the down target (job procdelta) raise nothing under a
+    longer stall and another job."""
     values = {
         "job": "procdelta-nodes",
         "alerts": {
-            "podCPUStarved": {"starvation": 0.4, "for": "5m", "severity": "critical"},
+            "podCPUStarved": {"neighboursShare": 0.4, "for": "5m", "severity": "critical"},
             "passesStalled": {"seconds": 1200},
         },
     }
     rules = rule_file(values, tmp_path / "moved.rules.yml")
     result = promtool("check", "rules", str(rules))
     assert result.returncode == 0, result.stdout + result.stderr
-    cases = {case["name"]: case for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]}
+    cases = rule_cases()
     starved = cases["recording rules, per pod and per namespace"]
     starved.pop("promql_expr_test")
-    description = (
-        "Its threads spent 50% of their runnable time waiting for a CPU over the last 5"
-        " minutes (threshold 40%, for 5m), and its own CPU quota throttled it in at most"
-        " 50% of its periods: other pods or processes contend with it for the node's CPUs."
+    (firing,) = [t for t in starved["alert_rule_test"] if t["exp_alerts"]]
+    (alert,) = firing["exp_alerts"]
+    alert["exp_labels"]["severity"] = "critical"
+    annotations = alert["exp_annotations"]
+    annotations["description"] = moved(
+        annotations["description"], "(threshold 25%, for 15m;", "(threshold 40%, for 5m;"
     )
-    starved["alert_rule_test"] = [
-        {  # fires after 5 minutes instead of 15, with the severity and threshold given
-            "alertname": "ProcdeltaPodCPUStarved",
-            "eval_time": "10m",
-            "exp_alerts": [
-                {
-                    "exp_labels": {
-                        "severity": "critical",
-                        "namespace": "shop",
-                        "pod": "a",
-                        "workload": "a",
-                        "workload_type": "pod",
-                    },
-                    "exp_annotations": {
-                        "summary": "Pod shop/a is starved for CPU",
-                        "description": description,
-                    },
-                }
-            ],
-        }
-    ]
+    # fires after 5 minutes instead of 15, with the severity and threshold given
+    starved["alert_rule_test"] = [{**firing, "eval_time": "10m"}]
     health = cases["collector health alerts"]
     health["alert_rule_test"] = [
         # stalled for 10 minutes is under the 20 minutes set
         {"alertname": "ProcdeltaPassesStalled", "eval_time": "10m", "exp_alerts": []},
-        # up{job="procdelta"} is no longer the job the alert watches
-        {"alertname": "ProcdeltaDown", "eval_time": "10m", "exp_alerts": []},
+        # up{job="procdelta"} is no longer the job the alerts watch
+        {"alertname": "ProcdeltaTargetDown", "eval_time": "10m", "exp_alerts": []},
     ]
-    tests = tmp_path / "moved.rules.test.yml"
-    tests.write_text(
-        yaml.safe_dump(
-            {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [starved, health]}
-        )
-    )
-    result = promtool("test", "rules", str(tests))
+    result = run_cases(tmp_path, rules, [starved, health])
     assert result.returncode == 0, result.stdout + result.stderr
-    # the same cases fail against the default thresholds: the values made the difference
+    # the same cases fail against the default values: the values made the difference
     default = rule_file({}, tmp_path / "default.rules.yml")
-    tests.write_text(tests.read_text().replace(rules.name, default.name))
-    assert promtool("test", "rules", str(tests)).returncode != 0
+    cases = [starved] + [{**health, "alert_rule_test": [t]} for t in health["alert_rule_test"]]
+    for case in cases:
+        assert run_cases(tmp_path, default, [case]).returncode != 0, case["alert_rule_test"]
+
+    # thresholds above the pods' shares: neither the starved nor the throttled pod fires
+    above = rule_file(
+        {
+            "alerts": {
+                "podCPUStarved": {"neighboursShare": 0.6},
+                "podCPUThrottled": {"waitShare": 0.95, "throttledShare": 1},
+            }
+        },
+        tmp_path / "above.rules.yml",
+    )
+    causes = rule_cases()[
+        "throttled by its own limit, contended by others, short-lived, under pressure"
+    ]
+    causes.pop("promql_expr_test")
+    for test in causes["alert_rule_test"]:
+        assert test["alertname"] == "ProcdeltaPodCPUOwnThreads" or test["exp_alerts"]
+        test["exp_alerts"] = []
+    result = run_cases(tmp_path, above, [causes])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert run_cases(tmp_path, default, [causes]).returncode != 0
 
 
 # -- one source of truth -------------------------------------------------------------------
@@ -493,33 +514,39 @@ def alerts_of(rules: Path) -> set[str]:
     return {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
 
 
+POD_ALERTS = {"podCPUStarved", "podCPUThrottled", "podCPUOwnThreads"}
+WORKLOAD_ALERTS = {"workloadCPUStarved", "workloadCPUThrottled"}
+
+
+def alert_name(value: str) -> str:
+    return "Procdelta" + value[0].upper() + value[1:]
+
+
 def test_pod_and_workload_alerts_turn_off_independently(tmp_path):
     """Either kind of alert can be turned off; with the pod alerts off, their thresholds
     still say which pods count as starved or throttled for the workload rules and alerts."""
     pods_off = rule_file(
-        {"alerts": {"podCPUStarved": {"enabled": False}, "podCPUThrottled": {"enabled": False}}},
+        {"alerts": {name: {"enabled": False} for name in POD_ALERTS}},
         tmp_path / "pods-off.rules.yml",
     )
     workloads_off = rule_file(
-        {
-            "alerts": {
-                "workloadCPUStarved": {"enabled": False},
-                "workloadCPUThrottled": {"enabled": False},
-            }
-        },
+        {"alerts": {name: {"enabled": False} for name in WORKLOAD_ALERTS}},
         tmp_path / "workloads-off.rules.yml",
     )
-    every = {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled",
-             "ProcdeltaWorkloadCPUStarved", "ProcdeltaWorkloadCPUThrottled"}  # fmt: skip
+    pod_alerts = {alert_name(name) for name in POD_ALERTS}
+    workload_alerts = {alert_name(name) for name in WORKLOAD_ALERTS}
+    every = pod_alerts | workload_alerts
     assert every <= alerts_of(rule_file({}, tmp_path / "default.rules.yml"))
-    assert every - alerts_of(pods_off) == {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"}
-    assert every - alerts_of(workloads_off) == {
-        "ProcdeltaWorkloadCPUStarved",
-        "ProcdeltaWorkloadCPUThrottled",
-    }
+    assert every - alerts_of(pods_off) == pod_alerts
+    assert every - alerts_of(workloads_off) == workload_alerts
     case = workload_cases()["workloads from kube-state-metrics, without kubernetes-mixin's map"]
-    pods = [t for t in case["alert_rule_test"] if t["alertname"].startswith("ProcdeltaPod")]
-    workloads = [t for t in case["alert_rule_test"] if t not in pods]
+    pods = [t for t in case["alert_rule_test"] if t["alertname"] in pod_alerts]
+    workloads = [t for t in case["alert_rule_test"] if t["alertname"] in workload_alerts]
+    # each kind fires in this case, so that turning it off shows
+    assert {t["alertname"] for t in pods if t["exp_alerts"]} == pod_alerts - {
+        "ProcdeltaPodCPUOwnThreads"
+    }
+    assert {t["alertname"] for t in workloads if t["exp_alerts"]} == workload_alerts
     # pod alerts off: the workload alerts and every recording rule as with the defaults
     result = run_cases(tmp_path, pods_off, [{**case, "alert_rule_test": workloads}])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -533,37 +560,35 @@ def test_pod_and_workload_alerts_turn_off_independently(tmp_path):
 
 
 def test_workload_thresholds_are_values(tmp_path):
-    """A lower share of pods makes the fixtures' DaemonSet (one starved pod of four, 25%)
-    a starved workload too, after the `for` and with the severity given."""
+    """A higher share of pods spares the fixtures' DaemonSet (one starved pod of four, 25%),
+    which the default (any starved pod) raises; the Deployment (two of three) fires, after
+    the `for` and with the severity given."""
     rules = rule_file(
-        {"alerts": {"workloadCPUStarved": {"podShare": 0.2, "for": "5m", "severity": "page"}}},
+        {"alerts": {"workloadCPUStarved": {"podShare": 0.5, "for": "5m", "severity": "page"}}},
         tmp_path / "moved.rules.yml",
     )
     case = workload_cases()["workloads from kube-state-metrics, without kubernetes-mixin's map"]
     (starved,) = [
         t for t in case["alert_rule_test"] if t["alertname"] == "ProcdeltaWorkloadCPUStarved"
     ]
-    (web,) = starved["exp_alerts"]
-    summary = "daemonset shop/agent: 25% of its pods are starved for CPU"
-    agent = {
-        "exp_labels": {**web["exp_labels"], "workload": "agent", "workload_type": "daemonset"},
-        "exp_annotations": {
-            "summary": summary,
-            "description": web["exp_annotations"]["description"]
-            .replace("2 of its 3", "1 of its 4")
-            .replace("threshold 25% of its pods, for 15m", "threshold 20% of its pods, for 5m"),
-        },
-    }
-    for alert in (web, agent):
-        alert["exp_labels"]["severity"] = "page"
-    web["exp_annotations"]["description"] = web["exp_annotations"]["description"].replace(
-        "threshold 25% of its pods, for 15m", "threshold 20% of its pods, for 5m"
+    by_workload = {alert["exp_labels"]["workload"]: alert for alert in starved["exp_alerts"]}
+    assert set(by_workload) == {"agent", "web"}  # the defaults raise both
+    web = by_workload["web"]
+    web["exp_labels"]["severity"] = "page"
+    web["exp_annotations"]["description"] = moved(
+        web["exp_annotations"]["description"],
+        "threshold above 0% of its pods, for 15m",
+        "threshold above 50% of its pods, for 5m",
     )
-    moved = {"alertname": starved["alertname"], "eval_time": "10m", "exp_alerts": [agent, web]}
-    moved_case = {**case, "promql_expr_test": [], "alert_rule_test": [moved]}
+    # web alone, already at 10 minutes, and still alone at 20
+    tests = [
+        {"alertname": starved["alertname"], "eval_time": eval_time, "exp_alerts": [web]}
+        for eval_time in ("10m", "20m")
+    ]
+    moved_case = {**case, "promql_expr_test": [], "alert_rule_test": tests}
     result = run_cases(tmp_path, rules, [moved_case])
     assert result.returncode == 0, result.stdout + result.stderr
-    # the defaults do not raise it for agent, nor for anyone by 10 minutes
+    # the defaults raise agent too, and nobody by 10 minutes
     result = run_cases(tmp_path, rule_file({}, tmp_path / "default.rules.yml"), [moved_case])
     assert result.returncode != 0
 
@@ -576,11 +601,14 @@ def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.rules"]
     rules.write_text(yaml.safe_dump(spec))
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = set()
     for case in cases:
         case.pop("promql_expr_test", None)
         for test in case.get("alert_rule_test", []):
             for alert in test["exp_alerts"]:
                 alert["exp_labels"].pop("workload", None)
                 alert["exp_labels"].pop("workload_type", None)
+                fired.add(test["alertname"])
+    assert {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"} <= fired
     result = run_cases(tmp_path, rules, cases)
     assert result.returncode == 0, result.stdout + result.stderr
