@@ -199,7 +199,10 @@ def layout(items: list[dict]) -> list[dict]:
     return items
 
 
-FINDINGS = "See docs/findings.md for what each cause means and what to do."
+FINDINGS = (
+    'See docs/findings.md ("Why a pod waits: three causes") for what each cause means, '
+    "its error, and what to do."
+)
 CAUSES = (
     "over the pod's runnable time (run delay + on-CPU), from procdelta's per-pass "
     "attribution of its run delay"
