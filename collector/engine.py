@@ -26,6 +26,7 @@ from collector.model import (
 )
 from collector.reading import Reader
 from collector.tracker import Tracker
+from collector.waits import NodeCPU, node_interval, with_waits
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class Engine:
         cgroupfs: CgroupFS | None = None,
         skip_quiet: bool = True,
         freeze_gc: bool = False,
+        node_cpu: Callable[[], NodeCPU | None] | None = None,
     ):
         self.reader = reader
         self.tracker = tracker
@@ -138,6 +140,10 @@ class Engine:
         self.wall_clock = wall_clock
         self.timer = timer
         self.passes = 0
+        # the node's CPUs, read at each pass's listing (collector/waits.py); None: not read,
+        # and no group's run delay is split by cause
+        self.node_cpu = node_cpu
+        self._node_before: NodeCPU | None = None  # at the last completed pass's listing
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -150,8 +156,12 @@ class Engine:
             self.grouper.refresh()
             known = self._known_cgroups()
             early = self._read_cgroups(known)
+            node_now = self.node_cpu() if self.node_cpu is not None else None
             readings = self.reader.read_pass(self._quiet(early, known) if self.skip_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
+            interval_ns = (
+                None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns
+            )
             advance = self.tracker.advance(
                 readings.processes,
                 readings.listed_at_ns,
@@ -167,8 +177,14 @@ class Engine:
             )
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
+            cgroup_intervals = with_waits(
+                grouped.intervals,
+                cgroups.advance.deltas,
+                node_interval(self._node_before, node_now, interval_ns),
+            )
             seen = grouped.footprints.keys() | cgroups.read
-            self.totals.add_pass(grouped.intervals, seen, cgroups.advance.deltas)
+            self.totals.add_pass(grouped.intervals, seen, cgroup_intervals)
+            self._node_before = node_now
 
         dropped: Counter[str] = Counter(advance.refused)
         dropped["unreadable"] += readings.unreadable + len(grouped.malformed_pids)
@@ -182,9 +198,7 @@ class Engine:
         return PassResult(
             number=self.passes,
             listed_at_ns=readings.listed_at_ns,
-            interval_ns=None
-            if previous_listing_ns is None
-            else readings.listed_at_ns - previous_listing_ns,
+            interval_ns=interval_ns,
             duration_seconds=self.timer() - began,
             finished_at=self.wall_clock(),
             intervals=MappingProxyType(grouped.intervals),
@@ -197,7 +211,7 @@ class Engine:
             tracked_processes=self.tracker.tracked_processes,
             tracked_threads=self.tracker.tracked_threads,
             denied=readings.denied,
-            cgroup_intervals=MappingProxyType(cgroups.advance.deltas),
+            cgroup_intervals=MappingProxyType(cgroup_intervals),
             dropped_cgroups=MappingProxyType(
                 {reason: refused[reason] for reason in CGROUP_REFUSAL_REASONS}
                 if self.cgroupfs is not None

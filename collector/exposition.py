@@ -80,6 +80,10 @@ _FIELD_HELP = {
     "memory_pressure_stalled_nanos": "Time all tasks of the cgroup stalled on memory (PSI full)",
     "io_pressure_waiting_nanos": "Time some tasks of the cgroup stalled on I/O (PSI some)",
     "io_pressure_stalled_nanos": "Time all tasks of the cgroup stalled on I/O (PSI full)",
+    # the run delay split by cause, on the node (collector/waits.py)
+    "run_delay_throttled_nanos": "Run delay its own CPU quotas explain (ns)",
+    "run_delay_own_threads_nanos": "Run delay queued behind its own threads, beyond the CPUs (ns)",
+    "run_delay_neighbours_nanos": "Run delay while other groups held the CPUs it could use (ns)",
 }
 
 

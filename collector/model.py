@@ -243,14 +243,19 @@ class CgroupFields:
     memory_pressure_stalled_nanos: int | None = None
     io_pressure_waiting_nanos: int | None = None
     io_pressure_stalled_nanos: int | None = None
+    # the group's run delay split by cause (collector/waits.py): formed on the node from
+    # the process sums, the throttled time above and the node's CPU time of the interval
+    run_delay_throttled_nanos: int | None = None
+    run_delay_own_threads_nanos: int | None = None
+    run_delay_neighbours_nanos: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
         return {name: getattr(self, name) for name in CGROUP_FIELD_NAMES}
 
 
 CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
-"""The ten fields of docs/reference.md §7, in order; each is both an interval gauge
-and a counter."""
+"""The thirteen fields of docs/reference.md §7, in order (the last three: the run delay
+split by cause); each is both an interval gauge and a counter."""
 
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
 """Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):

@@ -11,7 +11,9 @@ import logging
 import os
 
 from collector.cgroupfs import Hierarchies
+from collector.model import Malformed
 from collector.procfs import read_or_none
+from collector.waits import NodeCPU, parse_node_cpu
 
 log = logging.getLogger("procdelta")
 
@@ -32,6 +34,18 @@ def probe_procfs(procfs: str) -> dict[str, bool]:
         "schedstat": bool(schedstat and schedstat.split()[:1] != [b"0"]),
         "thread_io": bool(io and b"read_bytes" in io),
     }
+
+
+def node_cpu(procfs: str, hz: int) -> NodeCPU | None:
+    """The node's online CPUs and their busy time, from `<procfs>/stat` (collector/waits.py).
+    None where the file cannot be read or parsed."""
+    data = read_or_none(os.path.join(procfs, "stat"))
+    if data is None:
+        return None
+    try:
+        return parse_node_cpu(data, hz)
+    except Malformed:
+        return None
 
 
 def online_cpus(procfs: str) -> int | None:

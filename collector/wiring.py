@@ -59,7 +59,8 @@ def build_engine(
     runs passes for good (`serve`; see `collector.engine._cyclic_gc_paused`)."""
     every = options.whole_read_passes
     reader = Reader(ProcFS(options.procfs), clock=clock, whole_read_passes=every)
-    tracker = Tracker(hz or os.sysconf("SC_CLK_TCK"))
+    hz = hz or os.sysconf("SC_CLK_TCK")
+    tracker = Tracker(hz)
     names = PodNames(options.pod_logs, options.container_logs)
     cgroupfs = (
         CgroupFS(options.cgroupfs, pressure=options.pressure, whole_read_passes=every)
@@ -81,6 +82,7 @@ def build_engine(
         cgroupfs=cgroupfs,
         skip_quiet=options.skip_quiet,
         freeze_gc=freeze_gc,
+        node_cpu=functools.partial(sources.node_cpu, options.procfs, hz),
     )
 
 

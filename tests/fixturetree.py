@@ -11,6 +11,7 @@ from collector.engine import Engine
 from collector.groups import Grouper, PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
+from collector.sources import node_cpu
 from collector.tracker import Tracker
 from tests.cgroupfixture import MAIN, CgroupTree
 
@@ -52,6 +53,7 @@ class FixtureRun:
             wall_clock=lambda: 1_700_000_000.0,
             timer=lambda: 0.0,
             cgroupfs=CgroupFS(str(self.cgroups.root)) if self.cgroups else None,
+            node_cpu=lambda: node_cpu(self.procfs.root, 100),
         )
 
     def sleep(self, seconds: float) -> None:

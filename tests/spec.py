@@ -26,5 +26,8 @@ CGROUP_FIELDS = [
     "memory_pressure_stalled_nanos",
     "io_pressure_waiting_nanos",
     "io_pressure_stalled_nanos",
+    "run_delay_throttled_nanos",
+    "run_delay_own_threads_nanos",
+    "run_delay_neighbours_nanos",
 ]
 """docs/reference.md §7, in its table's order."""

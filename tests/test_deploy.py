@@ -92,6 +92,7 @@ def test_promtool_checks_the_rules():
 RULE_TESTS = [
     RULES.with_name("procdelta.rules.test.yml"),
     RULES.with_name("procdelta.workload.rules.test.yml"),
+    RULES.with_name("procdelta.causes.rules.test.yml"),
 ]
 
 

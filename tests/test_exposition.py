@@ -111,9 +111,9 @@ PER_GROUP = (
 @pytest.mark.parametrize(
     ("shapes", "pressure", "per_pod"),
     [
-        (Shapes(), True, 44),
-        (Shapes(), False, 32),
-        (Shapes(interval_gauges=False), True, 23),
+        (Shapes(), True, 50),
+        (Shapes(), False, 38),
+        (Shapes(interval_gauges=False), True, 26),
         (Shapes(cgroup=False), True, 24),
         (Shapes(cgroup=False, interval_gauges=False), True, 13),
     ],

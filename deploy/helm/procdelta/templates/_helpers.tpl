@@ -110,66 +110,66 @@ metricRelabelings:
 {{- end }}
 
 {{/*
-A starved pod (ProcdeltaPodCPUStarved's condition, without its `for`), given the values of
-prometheusRule.alerts.podCPUStarved; its value is the pod's starvation ratio.
+The rules' pod conditions, each given (dict "c" <cluster label> "v" <the alert's values>).
+A starved pod: the share of its runnable time its neighbours explain (the run delay split
+on the node, docs/reference.md §7) above a threshold, while it uses some CPU; its value is
+that share. Its own limit and its own threads never count here.
 */}}
 {{- define "procdelta.starvedPods" -}}
-(
-    namespace_pod:procdelta_cpu_starvation:ratio_rate5m > {{ .starvation }}
-  and on (namespace, pod)
-    namespace_pod:procdelta_cores_used:rate5m > {{ .minCores }}
-)
-unless on (namespace, pod)
-  namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .throttledShare }}
+  node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m > {{ .v.neighboursShare }}
+and
+  node_namespace_pod:procdelta_on_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
 {{- end }}
 
 {{/*
-A throttled pod (ProcdeltaPodCPUThrottled's condition), given the values of
-prometheusRule.alerts.podCPUThrottled; its value is the pod's throttled share.
+A throttled pod: the share of its runnable time its own CPU quotas explain, or the share of
+its CFS periods throttled (kube-prometheus' CPUThrottlingHigh), above a threshold. The
+first is not diluted by a sidecar's periods; its value is the first where both hold.
 */}}
 {{- define "procdelta.throttledPods" -}}
-namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .throttledShare }}
+  node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m > {{ .v.waitShare }}
+or
+  node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .v.throttledShare }}
 {{- end }}
 
 {{/*
-A per-pod expression (a finding, or pods counted) with its pod's workload labels
-(`workload`, `workload_type`) added from the map procdelta joins on. A pod missing from the
-map (it was not there at its last evaluation) keeps its finding, without them.
+A per-pod expression (a finding, or pods counted; given as "expr") with its pod's workload
+labels (`workload`, `workload_type`) added from the map procdelta joins on. A pod missing
+from the map (it was not there at its last evaluation) keeps its finding, without them.
 */}}
 {{- define "procdelta.withWorkload" -}}
 (
-  {{- . | nindent 4 }}
+  {{- .expr | nindent 4 }}
 )
-* on (namespace, pod) group_left (workload, workload_type)
+* on ({{ .c }}, namespace, pod) group_left (workload, workload_type)
   namespace_workload_pod:procdelta_pod_owner:relabel
-or on (namespace, pod)
+or on ({{ .c }}, namespace, pod)
 (
-  {{- . | nindent 4 }}
+  {{- .expr | nindent 4 }}
 )
 {{- end }}
 
 {{/*
-A per-pod rate (procdelta's counters of pod groups), summed per workload: the pods' sums
-joined to the map procdelta joins on, which holds every pod procdelta saw, so no pod is
-left out of a sum.
+A per-pod record of the base layer ("expr"), summed per workload: the pods' sums joined to
+the map procdelta joins on, which holds every pod procdelta saw, so no pod is left out.
 */}}
 {{- define "procdelta.perWorkload" -}}
-sum by (namespace, workload, workload_type) (
-    sum by (namespace, pod) ({{ . }})
-  * on (namespace, pod) group_left (workload, workload_type)
+sum by ({{ .c }}, namespace, workload, workload_type) (
+    sum by ({{ .c }}, namespace, pod) ({{ .expr }})
+  * on ({{ .c }}, namespace, pod) group_left (workload, workload_type)
     namespace_workload_pod:procdelta_pod_owner:relabel
 )
 {{- end }}
 
 {{/*
-The pods procdelta saw over the rules' window: pod groups with process or cgroup counters.
-A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is none: all
-such pods would be one nameless workload.
+The pods procdelta saw over the rules' window: the base layer's pods (process or cgroup
+counters). A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is
+none: the base layer selects `pod!=""`.
 */}}
 {{- define "procdelta.seenPods" -}}
-group by (namespace, pod) (
-    present_over_time(procdelta_on_cpu_nanos_total{uid!="", pod!=""}[5m])
+group by ({{ . }}, namespace, pod) (
+    node_namespace_pod:procdelta_on_cpu_nanos:rate5m
   or
-    present_over_time(procdelta_cgroup_cpu_nanos_total{uid!="", pod!=""}[5m])
+    node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m
 )
 {{- end }}

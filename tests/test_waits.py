@@ -1,0 +1,139 @@
+"""The run delay split by cause (collector/waits.py): a table of intervals whose causes
+are known, the bounds every split keeps, and `/proc/stat` read as psutil reads it."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.groups import Group
+from collector.model import CgroupFields, Fields, Malformed
+from collector.sources import node_cpu
+from collector.waits import (
+    NodeCPU,
+    NodeInterval,
+    node_interval,
+    parse_node_cpu,
+    split_run_delay,
+    with_waits,
+)
+
+S = 1_000_000_000  # a second in ns
+
+
+def cgroup(throttled: float | None = 0, usage: float | None = None) -> CgroupFields:
+    return CgroupFields(
+        cgroup_cpu_nanos=None if usage is None else int(usage * S),
+        cpu_throttled_nanos=None if throttled is None else int(throttled * S),
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "on_cpu", "delay", "cgroup_fields", "node", "expected"),
+    [
+        # one busy thread under a 20% quota; a neighbour uses half a CPU of two: its wait
+        # is its quota's, whatever the neighbour does
+        ("at its quota", 0.2, 0.8, cgroup(0.8, 0.2), (2, 1, 0.7), (0.8, 0, 0)),
+        # docs/reference.md §7's measurement: 4 busy threads on 2 CPUs under a 1-CPU quota
+        # for 3 s: run delay 9.0 s, throttled 3.0 s; the other 6 s are its own threads'
+        ("4 threads, 2 CPUs, 1-CPU quota", 3, 9, cgroup(3, 3), (2, 3, 3.05), (3, 6, 0)),
+        # three busy threads alone on two CPUs, no quota: one of them always waits
+        ("alone, 3 threads on 2 CPUs", 2, 1, cgroup(None, 2), (2, 1, 2.05), (0, 1, 0)),
+        # the same, where the rest of the node used 0.05 s: its few ms of wake-up latency
+        # beyond its own threads may be theirs, never more than they used
+        ("alone, some latency", 1.9, 1.2, cgroup(None), (2, 1, 1.95), (0, 1.1, 0.05)),
+        # one thread, a busier neighbour holds the CPUs: every wait is the neighbour's
+        ("crowded", 0.2, 0.8, cgroup(0, 0.2), (2, 1, 2), (0, 0, 0.8)),
+        # one thread waited 0.8 s, yet the rest of the node used 0.1 s of CPU: no more than
+        # that is the neighbours'
+        ("neighbours idle", 0.2, 0.8, cgroup(0, 0.2), (2, 1, 0.3), (0, 0, 0.1)),
+        # a pod of short-lived processes: its own CPU is its cgroup's (exited ones
+        # included), not only what the sums saw
+        ("own CPU from the cgroup", 0.1, 0.5, cgroup(0, 1.5), (2, 1, 1.6), (0, 0, 0.1)),
+        # a pod whose pod-level and container-level quotas both throttled: the throttled
+        # time summed over both never counts more than the run delay
+        ("throttled twice", 0.2, 0.8, cgroup(1.6, 0.2), (2, 1, 1), (0.8, 0, 0)),
+    ],
+)
+def test_split(case, on_cpu, delay, cgroup_fields, node, expected):
+    fields = Fields(on_cpu_nanos=int(on_cpu * S), run_delay_nanos=int(delay * S))
+    cpus, seconds, busy = node
+    got = split_run_delay(
+        fields, cgroup_fields, NodeInterval(cpus, int(seconds * S), int(busy * S))
+    )
+    assert got == tuple(round(e * S) for e in expected), case
+
+
+nanos = st.integers(min_value=0, max_value=10**13)
+
+
+@given(
+    on_cpu=nanos,
+    delay=nanos,
+    throttled=st.none() | nanos,
+    usage=st.none() | nanos,
+    cpus=st.integers(1, 256),
+    interval=st.integers(1, 10**12),
+    busy=nanos,
+)
+def test_the_parts_never_exceed_the_run_delay(
+    on_cpu, delay, throttled, usage, cpus, interval, busy
+):
+    fields = Fields(on_cpu_nanos=on_cpu, run_delay_nanos=delay)
+    parts = split_run_delay(
+        fields,
+        CgroupFields(cgroup_cpu_nanos=usage, cpu_throttled_nanos=throttled),
+        NodeInterval(cpus, interval, busy),
+    )
+    assert all(part >= 0 for part in parts)
+    assert sum(parts) <= delay
+    assert parts[2] <= max(0, busy - max(on_cpu, usage or 0))  # never more than others used
+
+
+def test_node_cpu_is_what_psutil_reads(tmp_path):
+    """The busy time of `/proc/stat`'s cpu line: psutil's user + nice + system + irq +
+    softirq + steal (its guest time is inside user and nice); its CPU count."""
+    hz = 100
+    before = psutil.cpu_times()
+    node = node_cpu("/proc", hz)
+    after = psutil.cpu_times()
+
+    def busy(times) -> float:
+        return sum(getattr(times, n) for n in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    assert node is not None and node.cpus == psutil.cpu_count(logical=True)
+    assert busy(before) - 0.011 <= node.busy_ns / S <= busy(after) + 0.011
+
+    (tmp_path / "stat").write_text("cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 0 0\nctxt 7\n")
+    assert node_cpu(str(tmp_path), hz) == NodeCPU(1, (1 + 2 + 3 + 6 + 7 + 8) * 10_000_000)
+    for bad in ("cpu  1 2\ncpu0 1 2 3 4 5 6 7 8\n", "cpu  x 2 3 4 5 6 7 8\ncpu0\n", "intr 1\n"):
+        with pytest.raises(Malformed):
+            parse_node_cpu(bad.encode(), hz)
+        (tmp_path / "stat").write_text(bad)
+        assert node_cpu(str(tmp_path), hz) is None
+    assert node_cpu(str(tmp_path / "nowhere"), hz) is None
+
+
+def test_node_interval_is_none_unless_both_readings_are_sound():
+    a, b = NodeCPU(2, 10 * S), NodeCPU(2, 11 * S)
+    assert node_interval(a, b, S) == NodeInterval(2, S, S)
+    assert node_interval(None, b, S) is None  # the first pass
+    assert node_interval(a, None, S) is None  # unreadable now
+    assert node_interval(a, b, None) is None
+    assert node_interval(b, a, S) is None  # fell: never a wrong interval
+
+
+def test_with_waits_splits_only_groups_with_both_sources():
+    pod, cgroup_only, process_only = (Group("cgroup", (("cgroup", f"/{n}"),)) for n in "abc")
+    busy = Fields(on_cpu_nanos=S // 5, run_delay_nanos=4 * S // 5)
+    intervals = {pod: busy, process_only: busy}
+    cgroups = {pod: cgroup(0.8, 0.2), cgroup_only: cgroup(0, 0)}
+    node = NodeInterval(2, S, S)
+    split = with_waits(intervals, cgroups, node)
+    assert set(split) == {pod, cgroup_only}  # no cgroup delta: nothing to split by
+    assert split[pod].run_delay_throttled_nanos == 4 * S // 5
+    assert split[pod].run_delay_own_threads_nanos == split[pod].run_delay_neighbours_nanos == 0
+    assert split[cgroup_only] == cgroups[cgroup_only]  # no process sums: nothing to split
+    assert with_waits(intervals, cgroups, None) == cgroups  # the node unknown: no split
