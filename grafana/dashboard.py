@@ -199,10 +199,7 @@ def layout(items: list[dict]) -> list[dict]:
     return items
 
 
-FINDINGS = (
-    'See docs/findings.md ("Why a pod waits: three causes") for what each cause means, '
-    "its error, and what to do."
-)
+FINDINGS = "See docs/findings.md for what it means, how far to trust it, and what to do."
 CAUSES = (
     "over the pod's runnable time (run delay + on-CPU), from procdelta's per-pass "
     "attribution of its run delay"
@@ -246,7 +243,8 @@ def cpu_panels() -> list[dict]:
             "pod's run delay that its own CPU quotas explain, "
             f"{CAUSES}: each pass, min(run delay, the throttled time of the pod's cgroup and "
             "every cgroup below it) (run_delay_throttled_nanos). The pod waits for its own "
-            f"limit, not for the node. {FINDINGS}",
+            "limit, not for the node: ProcdeltaPodCPUThrottled fires on this part (or on the "
+            f"throttled share of periods). {FINDINGS}",
             width=8,
         ),
         panel(
@@ -257,8 +255,8 @@ def cpu_panels() -> list[dict]:
             "pod's run delay spent queued behind its own threads, "
             f"{CAUSES}: each pass, min(run delay - the own-limit part, max(0, on-CPU + run "
             "delay - the node's CPUs x the interval)) (run_delay_own_threads_nanos): the "
-            "pod alone wanted more CPU time than the node has. The node would not be "
-            f"enough even without neighbours. {FINDINGS}",
+            "pod alone wanted more CPU time than the node has, neighbours or not: "
+            f"ProcdeltaPodCPUOwnThreads fires on this part. {FINDINGS}",
             width=8,
         ),
         panel(
@@ -284,9 +282,10 @@ def cpu_panels() -> list[dict]:
             ],
             "Seconds per second spent runnable but waiting for a CPU, summed over threads "
             "(node_namespace_pod:procdelta_run_delay_nanos:rate5m / 1e9), beside the parts "
-            "of it each cause explains (procdelta_run_delay_{throttled,own_threads,neighbours}"
-            "_nanos, the same records): the gap between the run delay and the three is "
-            f"unattributed. {FINDINGS}",
+            "of it each cause explains (node_namespace_pod:procdelta_run_delay_throttled_nanos"
+            ":rate5m, ..._run_delay_own_threads_nanos:rate5m and "
+            "..._run_delay_neighbours_nanos:rate5m, each / 1e9): the gap between the run "
+            f"delay and the three is unattributed. {FINDINGS}",
         ),
         panel(
             "Throttled share of CPU periods",
@@ -295,8 +294,8 @@ def cpu_panels() -> list[dict]:
             "node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m: CFS periods in "
             "which the pod's own CPU quota throttled it, over periods in which it had work "
             "(summed over the pod's cgroup and every cgroup below it, so one container at its "
-            "limit beside idle ones reads low: its wait still shows in the own-limit part "
-            f"above). No series: no quota. {FINDINGS}",
+            "limit beside a sidecar that runs briefly in many periods reads low: its wait "
+            f"still shows in the own-limit part above). No series: no quota. {FINDINGS}",
         ),
         row("CPU use (per pod)"),
         panel(
@@ -437,8 +436,9 @@ def neighbour_panels() -> list[dict]:
             "ranked by the cores its cgroup used over the time range "
             "(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m / 1e9: every task, "
             "short-lived ones included), beside the processes outside pods "
-            "(node:procdelta_outside_pods_on_cpu_nanos:rate5m / 1e9): the ranking "
-            "ProcdeltaPodCPUStarved's text gives. A starved pod's contenders are at the top.",
+            "(node:procdelta_outside_pods_on_cpu_nanos:rate5m / 1e9): the series "
+            "ProcdeltaPodCPUStarved's text ranks (its three busiest, the pod itself left "
+            "out). A starved pod's contenders are at the top.",
             "short",
         ),
         panel(
@@ -455,11 +455,12 @@ def neighbour_panels() -> list[dict]:
                 ),
             ],
             "For the nodes of the selected pods: node:procdelta_cpu_saturation:ratio_rate5m, "
-            "the runnable threads per CPU (on-CPU plus run delay per second of every group "
-            "procdelta sees on the node, over the node's online CPUs as procdelta counts "
-            "them): above 100%, more threads want a CPU than the node has; and "
-            "node:procdelta_cpu_starvation:ratio_rate5m, the share of the node's runnable "
-            "time spent waiting.",
+            "runnable threads per CPU (node:procdelta_runnable_threads:rate5m, on-CPU plus "
+            "run delay per second of every group procdelta sees on the node, over "
+            "procdelta_node_cpus, its online CPUs): above 100%, more threads want a CPU than "
+            "the node has; and node:procdelta_cpu_starvation:ratio_rate5m, the share of the "
+            "node's runnable time spent waiting. ProcdeltaNodeCPUSaturated fires on the two "
+            f"together. {FINDINGS}",
         ),
     ]
 
