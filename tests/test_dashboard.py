@@ -155,16 +155,16 @@ FIELDS = (
 NODES = {"n1": ("web-a", "db-0"), "n2": ("web-b",)}
 
 
-def fleet(cluster: str | None) -> list[dict]:
-    """Two nodes' procdelta series, as the scrape gives them: three busy pods, processes
-    outside pods, procdelta's own series; a `cluster` label on each where one is given."""
+def fleet(cluster: str | None, nodes: dict[str, tuple[str, ...]] = NODES) -> list[dict]:
+    """Two nodes' procdelta series, as the scrape gives them: busy pods, processes outside
+    pods, procdelta's own series; a `cluster` label on each where one is given."""
     where = f'cluster="{cluster}",' if cluster else ""
     series = []
 
     def add(metric: str, labels: str, values: str) -> None:
         series.append({"series": f"{metric}{{{where}{labels}}}", "values": values})
 
-    for node, pods in NODES.items():
+    for node, pods in nodes.items():
         job = f'job="procdelta",instance="{node}:9746",node="{node}"'
         for pod in pods:
             labels = f'namespace="shop",pod="{pod}",uid="u-{pod}",qos="burstable",{job}'
@@ -216,19 +216,19 @@ def test_every_query_returns_data_over_the_rules(tmp_path, cluster):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_a_cluster_chosen_keeps_its_nodes_apart_from_anothers(tmp_path):
-    """Two clusters whose nodes have the same names: a pod chosen in one, its neighbours and
-    its node's series are that cluster's only."""
+def test_clusters_keep_their_nodes_apart(tmp_path):
+    """Two clusters whose nodes have the same names, every cluster shown: a pod chosen in
+    one, its neighbours and its node's processes outside pods are that cluster's only."""
     title = "Neighbours: cores used per pod on the selected pods' nodes"
     (neighbours, outside) = (t["expr"] for p in PANELS if p["title"] == title for t in p["targets"])
-    chosen = {"cluster": "east", "pod": "web-a"}
+    chosen = {"pod": "web-a"}
     expected = [
         {"labels": f'{{cluster="east",namespace="shop",node="n1",pod="{pod}"}}', "value": 1}
         for pod in NODES["n1"]
     ]
     case = {
         "interval": "1m",
-        "input_series": fleet("east") + fleet("west"),
+        "input_series": fleet("east") + fleet("west", {"n1": ("batch-x",), "n2": ("batch-y",)}),
         "promql_expr_test": [
             {
                 "expr": "count by (cluster, node, namespace, pod) ("
