@@ -417,7 +417,8 @@ def test_rules_tell_the_throttled_pod_from_the_contended_one(prometheus, collect
     assert recorded(prometheus, wait.format("own_threads"), "busy-pod") > 0.2
     on_cpu = "node_namespace_pod:procdelta_on_cpu_nanos:rate5m"
     assert recorded(prometheus, on_cpu, "throttled-pod") > 0.1e9
-    coverage = recorded(prometheus, "node_namespace_pod:procdelta_cpu_coverage:ratio_rate5m", "busy-pod")
+    coverage_rule = "node_namespace_pod:procdelta_cpu_coverage:ratio_rate5m"
+    coverage = recorded(prometheus, coverage_rule, "busy-pod")
     assert 0.9 < coverage < 1.1  # one long-lived process: the sums see all of its CPU
 
     def both_pending() -> bool:

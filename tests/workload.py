@@ -5,12 +5,12 @@
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
-block; with --duty a thread runs RUN_MS of CPU time, then sleeps until EVERY_MS of wall time
-since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --churn a thread keeps starting short-lived threads and children and
-writing to a file in DIR; with --cpu every thread runs on that CPU only; with --storage a
-thread (not the leader) writes BYTES to FILE with fsync, drops the file's pages from the
-page cache and reads it back, so that storage really moved both ways, before "ready";
-the thread then blocks.
+block; with --duty a thread runs RUN_MS of CPU time, then sleeps until EVERY_MS of wall
+time since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --churn a thread
+keeps starting short-lived threads and children and writing to a file in DIR; with --cpu
+every thread runs on that CPU only; with --storage a thread (not the leader) writes BYTES
+to FILE with fsync, drops the file's pages from the page cache and reads it back, so that
+storage really moved both ways, before "ready"; the thread then blocks.
 Commands:
 
     count           print the total number of sleeps done so far
