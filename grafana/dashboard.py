@@ -1,10 +1,19 @@
 """Generates grafana/procdelta.json, the procdelta dashboard: `python grafana/dashboard.py`.
 
-Kept as code rather than as hand-edited JSON: the dashboard is a dozen panels of one
+Kept as code rather than as hand-edited JSON: the dashboard is a few dozen panels of one
 shape, and a panel here is one line of intent (title, unit, queries), where in JSON it
 is forty lines of layout. Plain dictionaries, no library: Grafana's JSON model is the
-interface, and tests/test_deploy.py checks the committed JSON is this script's output
-and has a real Prometheus evaluate every query.
+interface. `--check` writes nothing and exits 1 if the committed JSON is not this
+script's output; tests/test_deploy.py fails on the same comparison, tests/test_dashboard.py
+checks the queries' shape, and tests/test_end_to_end.py has a real Prometheus evaluate
+every query over the project's rules.
+
+The variables are a chain, as kubernetes-mixin's: cluster -> namespace -> workload -> pod,
+each one's values filtered by those before it. Every "All" is the regex `.*`, which also
+matches a label that is absent (`cluster` on a single-cluster Prometheus). A per-pod panel
+reads the per-pod recording rules (`node_namespace_pod:procdelta_*`), never a `rate()` over
+every pod's counters, and keeps the pods of the selected workloads through the rules' pod ->
+workload map; the panels per node show the nodes of those pods.
 """
 
 from __future__ import annotations
@@ -14,23 +23,59 @@ import sys
 from pathlib import Path
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-POD = 'uid!="", node=~"$node", namespace=~"$namespace", pod=~"$pod"'
-NODE = 'node=~"$node"'
-WORKLOAD = 'namespace=~"$namespace", workload=~"$workload"'
-NEIGHBOUR = 'uid!=""'
-OUTSIDE = 'uid=""'
-BY_POD = "sum by (namespace, pod)"
+CLUSTER = 'cluster=~"$cluster"'
+POD = f'{CLUSTER}, namespace=~"$namespace", pod=~"$pod", pod!=""'
+WORKLOAD = f'{CLUSTER}, namespace=~"$namespace", workload=~"$workload"'
+OWNER = "namespace_workload_pod:procdelta_pod_owner:relabel"
+OWNERS = f'{OWNER}{{{WORKLOAD}, pod!=""}}'
+"""The pods of the selected workloads, from the rules' pod -> workload map."""
+IN_WORKLOADS = f"and on (cluster, namespace, pod)\n{OWNERS}"
+"""Keeps a per-pod series whose pod is one of the selected workloads'."""
+PODS = "{{namespace}}/{{pod}}"
+WORKLOADS = "{{workload_type}} {{namespace}}/{{workload}}"
 
 
-def rate(metric: str, selector: str = POD) -> str:
-    return f"rate({metric}{{{selector}}}[$__rate_interval])"
+def per_pod(record: str, scale: str = "") -> str:
+    """A per-pod recording rule (`node_namespace_pod:procdelta_<record>`) for the selected
+    pods of the selected workloads, divided by a constant if given."""
+    divided = f" / {scale}" if scale else ""
+    return f"node_namespace_pod:procdelta_{record}{{{POD}}}{divided}\n{IN_WORKLOADS}"
+
+
+def per_workload(record: str, scale: str = "") -> str:
+    divided = f" / {scale}" if scale else ""
+    return f"namespace_workload:procdelta_{record}{{{WORKLOAD}}}{divided}"
+
+
+# The nodes of the selected pods (of the selected workloads): where their neighbours ran.
+# A pod's cgroup CPU or its processes' on-CPU: a pod whose processes never outlive a pass
+# has the first alone, a node where procdelta reads no cgroups the second.
+NODES = (
+    "group by (cluster, node) (\n"
+    f"  (\n    node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{POD}}}\n"
+    f"    or\n    node_namespace_pod:procdelta_on_cpu_nanos:rate5m{{{POD}}}\n  )\n"
+    f"  and on (cluster, namespace, pod)\n  {OWNERS}\n)"
+)
+ON_NODES = f"and on (cluster, node)\n{NODES}"
+"""Keeps a per-node series whose node ran one of the selected pods."""
+
+
+def rate(metric: str) -> str:
+    """A rate of one of procdelta's own per-node counters (not per pod)."""
+    return f"rate({metric}{{{CLUSTER}}}[$__rate_interval])"
 
 
 def target(expr: str, legend: str, ref: str) -> dict:
     return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
 
 
-def panel(title: str, unit: str, queries: list[tuple[str, str]], description: str = "") -> dict:
+def panel(
+    title: str,
+    unit: str,
+    queries: list[tuple[str, str]],
+    description: str = "",
+    width: int = 12,
+) -> dict:
     return {
         "type": "timeseries",
         "title": title,
@@ -44,6 +89,7 @@ def panel(title: str, unit: str, queries: list[tuple[str, str]], description: st
         "targets": [
             target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)
         ],
+        "gridPos": {"h": 8, "w": width},
     }
 
 
@@ -63,6 +109,50 @@ def table(title: str, queries: list[tuple[str, str]], description: str, unit: st
         "targets": [
             target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)
         ],
+        "gridPos": {"h": 8, "w": 12},
+    }
+
+
+def instant_table(
+    title: str,
+    columns: list[tuple[str, str, str]],
+    description: str,
+    sort_by: str,
+    width: int = 12,
+) -> dict:
+    """One row per series' labels, one column per query (its name, its unit), at the end
+    of the time range: the queries' series merged on their labels."""
+    base = table(title, [(expr, name) for expr, name, _ in columns], description, "short")
+    units = [
+        {
+            "matcher": {"id": "byName", "options": name},
+            "properties": [{"id": "unit", "value": unit}]
+            + ([{"id": "decimals", "value": 0}] if unit == "none" else []),
+        }
+        for _, name, unit in columns
+    ]
+    return {
+        **base,
+        "fieldConfig": {"defaults": {"decimals": 2}, "overrides": units},
+        "targets": [{**query, "format": "table", "instant": True} for query in base["targets"]],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "renameByName": {
+                        "workload_type": "kind",
+                        **{
+                            f"Value #{chr(ord('A') + i)}": name
+                            for i, (_, name, _) in enumerate(columns)
+                        },
+                    },
+                },
+            },
+        ],
+        "options": {"showHeader": True, "sortBy": [{"displayName": sort_by, "desc": True}]},
+        "gridPos": {"h": 8, "w": width},
     }
 
 
@@ -88,7 +178,8 @@ def variable(name: str, query: str, label: str) -> dict:
 
 
 def layout(items: list[dict]) -> list[dict]:
-    """Two panels a line under full-width rows; ids in order."""
+    """Panels left to right in lines 24 units wide, each its own width; full-width rows;
+    ids in order."""
     x = y = 0
     for number, item in enumerate(items, 1):
         item["id"] = number
@@ -98,337 +189,340 @@ def layout(items: list[dict]) -> list[dict]:
             item["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
             y += 1
             continue
-        item["gridPos"] = {"h": 8, "w": 12, "x": x, "y": y}
-        x, y = (12, y) if x == 0 else (0, y + 8)
+        width = item["gridPos"]["w"]
+        if x + width > 24:
+            x, y = 0, y + 8
+        item["gridPos"] = {"h": 8, "w": width, "x": x, "y": y}
+        x += width
+        if x == 24:
+            x, y = 0, y + 8
     return items
 
 
-def dashboard() -> dict:
-    run_delay = f"{BY_POD} ({rate('procdelta_run_delay_nanos_total')})"
-    on_cpu = f"{BY_POD} ({rate('procdelta_on_cpu_nanos_total')})"
-    observed = f"{BY_POD} ({rate('procdelta_observed_nanos_total')})"
-    cgroup_cpu = f"{BY_POD} ({rate('procdelta_cgroup_cpu_nanos_total')})"
-    periods = f"{BY_POD} ({rate('procdelta_cpu_periods_total')})"
-    throttled_periods = f"{BY_POD} ({rate('procdelta_cpu_throttled_periods_total')})"
-    pods = "{{namespace}}/{{pod}}"
-    workloads = "{{workload_type}} {{namespace}}/{{workload}}"
-    # The nodes of the selected pods (of the selected workloads): their neighbours' nodes.
-    # A pod's process counters or its cgroup's: a pod whose processes never outlive a pass
-    # has the latter alone.
-    nodes = (
-        f"group by (node) (\n  (\n    procdelta_on_cpu_nanos_total{{{POD}}}\n"
-        f"    or\n    procdelta_cgroup_cpu_nanos_total{{{POD}}}\n  )\n"
-        "  and on (namespace, pod)\n"
-        f"  namespace_workload_pod:procdelta_pod_owner:relabel{{{WORKLOAD}}}\n)"
-    )
-    by_node_pod = "sum by (node, namespace, pod)"
-    neighbour_cores = (
-        f"(\n  {by_node_pod} ({rate('procdelta_cgroup_cpu_nanos_total', NEIGHBOUR)})\n"
-        f"  or on (node, namespace, pod)\n"
-        f"  {by_node_pod} ({rate('procdelta_on_cpu_nanos_total', NEIGHBOUR)})\n) / 1e9"
-    )
-    outside_pods = f"sum by (node) ({rate('procdelta_on_cpu_nanos_total', OUTSIDE)}) / 1e9"
-    node_on_cpu = f"sum by (node) ({rate('procdelta_on_cpu_nanos_total', NODE)})"
-    node_delay = f"sum by (node) ({rate('procdelta_run_delay_nanos_total', NODE)})"
-    panels = [
-        row("CPU"),
+FINDINGS = "See docs/findings.md for what it means, how far to trust it, and what to do."
+CAUSES = (
+    "over the pod's runnable time (run delay + on-CPU), from procdelta's per-pass "
+    "attribution of its run delay"
+)
+
+
+def cpu_panels() -> list[dict]:
+    return [
+        row("CPU: starvation and its three causes (per pod)"),
         panel(
             "CPU starvation",
             "percentunit",
-            [(f"{run_delay}\n/\n({run_delay} + {on_cpu})", pods)],
-            "Share of runnable time spent waiting for a CPU: run delay / (run delay + on-CPU). "
-            "A pod throttled by its own CPU limit waits too: see the throttled share below.",
+            [(per_pod("cpu_starvation:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m: the share of the pod's "
+            "runnable time its threads spent waiting for a CPU, run delay / (run delay + "
+            "on-CPU), whatever the cause. The three panels below split it by cause; what they "
+            f"leave is unattributed. No series: an idle pod. {FINDINGS}",
         ),
-        panel("Cores used", "short", [(f"{on_cpu} / 1e9", pods)], "On-CPU seconds per second."),
+        instant_table(
+            "CPU wait by cause, per pod",
+            [
+                (per_pod("cpu_starvation:ratio_rate5m"), "starvation", "percentunit"),
+                (per_pod("cpu_wait_throttled:ratio_rate5m"), "own CPU limit", "percentunit"),
+                (per_pod("cpu_wait_own_threads:ratio_rate5m"), "own threads", "percentunit"),
+                (per_pod("cpu_wait_neighbours:ratio_rate5m"), "neighbours", "percentunit"),
+                (per_pod("cpu_throttled_periods:ratio_rate5m"), "throttled share", "percentunit"),
+                (per_pod("on_cpu_nanos:rate5m", "1e9"), "cores", "short"),
+            ],
+            "One row per pod, at the end of the time range: its starvation, and the parts of "
+            "it its own CPU limit, its own threads and its neighbours explain (the three "
+            "panels below), the share of CFS periods its quota throttled, and the cores it "
+            "used. The three parts never add up to more than the starvation; the rest is "
+            f"unattributed. {FINDINGS}",
+            "starvation",
+        ),
+        panel(
+            "CPU wait: own CPU limit",
+            "percentunit",
+            [(per_pod("cpu_wait_throttled:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m: the part of the "
+            "pod's run delay that its own CPU quotas explain, "
+            f"{CAUSES}: each pass, min(run delay, the throttled time of the pod's cgroup and "
+            "every cgroup below it) (run_delay_throttled_nanos). The pod waits for its own "
+            "limit, not for the node: ProcdeltaPodCPUThrottled fires on this part (or on the "
+            f"throttled share of periods). {FINDINGS}",
+            width=8,
+        ),
+        panel(
+            "CPU wait: own threads",
+            "percentunit",
+            [(per_pod("cpu_wait_own_threads:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_wait_own_threads:ratio_rate5m: the part of the "
+            "pod's run delay spent queued behind its own threads, "
+            f"{CAUSES}: each pass, min(run delay - the own-limit part, max(0, on-CPU + run "
+            "delay - the node's CPUs x the interval)) (run_delay_own_threads_nanos): the "
+            "pod alone wanted more CPU time than the node has, neighbours or not: "
+            f"ProcdeltaPodCPUOwnThreads fires on this part. {FINDINGS}",
+            width=8,
+        ),
+        panel(
+            "CPU wait: neighbours",
+            "percentunit",
+            [(per_pod("cpu_wait_neighbours:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
+            "pod's run delay explained by other groups holding the CPUs it could use, "
+            f"{CAUSES}: each pass, min(run delay - the own-limit and own-threads parts, the "
+            "node's busy CPU time over the interval (/proc/stat) - the pod's own CPU) "
+            "(run_delay_neighbours_nanos). ProcdeltaPodCPUStarved fires on this part; the "
+            f"neighbours row below ranks who ran on the pod's node. {FINDINGS}",
+            width=8,
+        ),
+        panel(
+            "Run delay by cause",
+            "short",
+            [
+                (per_pod("run_delay_nanos:rate5m", "1e9"), PODS + " run delay"),
+                (per_pod("run_delay_throttled_nanos:rate5m", "1e9"), PODS + " own CPU limit"),
+                (per_pod("run_delay_own_threads_nanos:rate5m", "1e9"), PODS + " own threads"),
+                (per_pod("run_delay_neighbours_nanos:rate5m", "1e9"), PODS + " neighbours"),
+            ],
+            "Seconds per second spent runnable but waiting for a CPU, summed over threads "
+            "(node_namespace_pod:procdelta_run_delay_nanos:rate5m / 1e9), beside the parts "
+            "of it each cause explains (node_namespace_pod:procdelta_run_delay_throttled_nanos"
+            ":rate5m, ..._run_delay_own_threads_nanos:rate5m and "
+            "..._run_delay_neighbours_nanos:rate5m, each / 1e9): the gap between the run "
+            f"delay and the three is unattributed. {FINDINGS}",
+        ),
+        panel(
+            "Throttled share of CPU periods",
+            "percentunit",
+            [(per_pod("cpu_throttled_periods:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m: CFS periods in "
+            "which the pod's own CPU quota throttled it, over periods in which it had work "
+            "(summed over the pod's cgroup and every cgroup below it, so one container at its "
+            "limit beside a sidecar that runs briefly in many periods reads low: its wait "
+            f"still shows in the own-limit part above). No series: no quota. {FINDINGS}",
+        ),
+        row("CPU use (per pod)"),
+        panel(
+            "Cores used",
+            "short",
+            [(per_pod("on_cpu_nanos:rate5m", "1e9"), PODS)],
+            "On-CPU seconds per second of the pod's processes "
+            "(node_namespace_pod:procdelta_on_cpu_nanos:rate5m / 1e9).",
+        ),
         panel(
             "Run delay",
             "short",
-            [(f"{run_delay} / 1e9", pods)],
-            "Seconds spent runnable but waiting for a CPU, per second, summed over threads.",
-        ),
-        panel(
-            "Run delay per observed process-second",
-            "percentunit",
-            [(f"{run_delay}\n/\n{observed}", pods)],
-            "How long a process waits for a CPU per second it is observed.",
-        ),
-        panel(
-            "User and system CPU",
-            "short",
-            [
-                (f"{BY_POD} ({rate('procdelta_cpu_user_nanos_total')}) / 1e9", pods + " user"),
-                (f"{BY_POD} ({rate('procdelta_cpu_system_nanos_total')}) / 1e9", pods + " sys"),
-            ],
+            [(per_pod("run_delay_nanos:rate5m", "1e9"), PODS)],
+            "Seconds spent runnable but waiting for a CPU, per second, summed over threads "
+            "(node_namespace_pod:procdelta_run_delay_nanos:rate5m / 1e9).",
         ),
         panel(
             "Context switches",
             "ops",
             [
-                (f"{BY_POD} ({rate('procdelta_voluntary_switches_total')})", pods + " voluntary"),
-                (
-                    f"{BY_POD} ({rate('procdelta_nonvoluntary_switches_total')})",
-                    pods + " involuntary",
-                ),
+                (per_pod("voluntary_switches:rate5m"), PODS + " voluntary"),
+                (per_pod("nonvoluntary_switches:rate5m"), PODS + " involuntary"),
             ],
-        ),
-        row("Throttled or contended, coverage, pressure (the pod's own cgroup)"),
-        panel(
-            "Throttled share of CPU periods",
-            "percentunit",
-            [(f"{throttled_periods}\n/\n({periods} > 0)", pods)],
-            "CFS periods in which the pod's own CPU quota throttled it, over periods in "
-            "which it had work. High: its run delay is its own limit, not contention. No "
-            "series: no quota.",
-        ),
-        panel(
-            "Run delay: throttled or contended",
-            "short",
-            [
-                (f"{run_delay} / 1e9", pods + " run delay"),
-                (
-                    f"{BY_POD} ({rate('procdelta_cpu_throttled_nanos_total')}) / 1e9",
-                    pods + " throttled",
-                ),
-            ],
-            "Seconds per second spent runnable but waiting (summed over threads), beside the "
-            "time its quota held its cgroup throttled (per run queue). Close together: the "
-            "wait is the limit; run delay far above: contention for the node's CPUs.",
-        ),
-        panel(
-            "Coverage: on-CPU seen by the sums / the cgroup's CPU",
-            "percentunit",
-            [(f"{on_cpu}\n/\n({cgroup_cpu} > 0)", pods)],
-            "The share of the pod's CPU (every task, exited ones included) that its "
-            "per-process sums saw. Low: most of its CPU went to processes that lived less "
-            "than a pass; their run delay and switches are not in the other panels.",
+            "Per second, summed over threads: voluntary (the thread blocked) and involuntary "
+            "(the scheduler took its CPU).",
         ),
         panel(
             "Cores used: sums and cgroup",
             "short",
             [
-                (f"{on_cpu} / 1e9", pods + " processes seen"),
-                (f"{cgroup_cpu} / 1e9", pods + " cgroup"),
+                (per_pod("on_cpu_nanos:rate5m", "1e9"), PODS + " processes seen"),
+                (per_pod("cgroup_cpu_nanos:rate5m", "1e9"), PODS + " cgroup"),
             ],
-            "CPU seconds per second: the per-process sums, and the pod's cgroup.",
+            "CPU seconds per second: the per-process sums, and the pod's cgroup (every task, "
+            "exited ones included).",
+        ),
+        panel(
+            "Coverage: on-CPU seen by the sums / the cgroup's CPU",
+            "percentunit",
+            [(per_pod("cpu_coverage:ratio_rate5m"), PODS)],
+            "node_namespace_pod:procdelta_cpu_coverage:ratio_rate5m: the share of the pod's "
+            "CPU (every task, exited ones included) that its per-process sums saw. Low: most "
+            "of its CPU went to processes that lived less than a pass; their run delay and "
+            "switches are not in the other panels.",
         ),
         panel(
             "Pressure (PSI some): share of time some task waited",
             "percentunit",
             [
-                (
-                    f"{BY_POD} ({rate('procdelta_cpu_pressure_waiting_nanos_total')}) / 1e9",
-                    pods + " cpu",
-                ),
-                (
-                    f"{BY_POD} ({rate('procdelta_memory_pressure_waiting_nanos_total')}) / 1e9",
-                    pods + " memory",
-                ),
-                (
-                    f"{BY_POD} ({rate('procdelta_io_pressure_waiting_nanos_total')}) / 1e9",
-                    pods + " io",
-                ),
+                (per_pod("cpu_pressure_waiting_nanos:rate5m", "1e9"), PODS + " cpu"),
+                (per_pod("memory_pressure_waiting_nanos:rate5m", "1e9"), PODS + " memory"),
+                (per_pod("io_pressure_waiting_nanos:rate5m", "1e9"), PODS + " io"),
             ],
             "cgroup v2 only: the share of wall time in which at least one of the pod's tasks "
             "waited for a CPU, stalled on memory, or stalled on I/O.",
         ),
+    ]
+
+
+def workload_panels() -> list[dict]:
+    return [
         row("Workloads (the workload map of procdelta's rules: kube-state-metrics' owners)"),
-        {
-            **(
-                workload_table := table(
-                    "Workloads: pods affected, starvation, throttled share, cores",
-                    [
-                        (f"namespace_workload:procdelta_pods:count{{{WORKLOAD}}}", "pods"),
-                        (
-                            f"namespace_workload:procdelta_pods_cpu_starved:count{{{WORKLOAD}}}",
-                            "pods starved",
-                        ),
-                        (
-                            f"namespace_workload:procdelta_pods_cpu_throttled:count{{{WORKLOAD}}}",
-                            "pods throttled",
-                        ),
-                        (
-                            f"namespace_workload:procdelta_cpu_starvation:ratio_rate5m{{{WORKLOAD}}}",
-                            "starvation",
-                        ),
-                        (
-                            "namespace_workload:procdelta_cpu_throttled_periods:ratio_rate5m"
-                            f"{{{WORKLOAD}}}",
-                            "throttled share",
-                        ),
-                        (f"namespace_workload:procdelta_cores_used:rate5m{{{WORKLOAD}}}", "cores"),
-                    ],
-                    "One row per workload (kind, namespace/name), at the end of the time range: "
-                    "the pods procdelta saw, how many of them were starved (the "
-                    "pod alert's thresholds, their own limits aside) or throttled by their own "
-                    "CPU limits, the workload's starvation (its pods' run delay over run delay + "
-                    "on-CPU), throttled share of CFS periods, and cores used. A pod without "
-                    "owner series is its own workload (kind `pod`).",
-                    "short",
-                )
-            ),
-            "targets": [
-                {**query, "format": "table", "instant": True} for query in workload_table["targets"]
+        instant_table(
+            "Workloads: pods affected, starvation, throttled share, cores",
+            [
+                (per_workload("pods:count"), "pods", "none"),
+                (per_workload("pods_cpu_starved:count"), "pods starved", "none"),
+                (per_workload("pods_cpu_throttled:count"), "pods throttled", "none"),
+                (per_workload("cpu_starvation:ratio_rate5m"), "starvation", "percentunit"),
+                (
+                    per_workload("cpu_throttled_periods:ratio_rate5m"),
+                    "throttled share",
+                    "percentunit",
+                ),
+                (per_workload("on_cpu_nanos:rate5m", "1e9"), "cores", "short"),
             ],
-            "transformations": [
-                {"id": "merge", "options": {}},
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True},
-                        "renameByName": {
-                            "workload_type": "kind",
-                            "Value #A": "pods",
-                            "Value #B": "pods starved",
-                            "Value #C": "pods throttled",
-                            "Value #D": "starvation",
-                            "Value #E": "throttled share",
-                            "Value #F": "cores",
-                        },
-                    },
-                },
-            ],
-            "options": {
-                "showHeader": True,
-                "sortBy": [{"displayName": "pods starved", "desc": True}],
-            },
-        },
+            "One row per workload (kind, namespace/name), at the end of the time range: the "
+            "pods procdelta saw, how many of them are starved (ProcdeltaPodCPUStarved's "
+            "condition: waiting for their neighbours) or throttled by their own CPU limits "
+            "(ProcdeltaPodCPUThrottled's), the workload's starvation (its pods' run delay "
+            "over run delay + on-CPU), throttled share of CFS periods, and cores used. A pod "
+            f"without owner series is its own workload (kind `pod`). {FINDINGS}",
+            "pods starved",
+        ),
         panel(
             "Workload pods starved and throttled (share of its pods)",
             "percentunit",
             [
-                (
-                    f"namespace_workload:procdelta_pods_cpu_starved:ratio{{{WORKLOAD}}}",
-                    workloads + " starved",
-                ),
-                (
-                    f"namespace_workload:procdelta_pods_cpu_throttled:ratio{{{WORKLOAD}}}",
-                    workloads + " throttled",
-                ),
+                (per_workload("pods_cpu_starved:ratio"), WORKLOADS + " starved"),
+                (per_workload("pods_cpu_throttled:ratio"), WORKLOADS + " throttled"),
             ],
-            "The share of the workload's pods (seen by procdelta) that are starved, or "
-            "throttled by their own CPU limits: what the workload alerts fire on.",
+            "The share of the workload's pods (seen by procdelta) that are starved by their "
+            "neighbours, or throttled by their own CPU limits: what the workload alerts "
+            f"fire on. {FINDINGS}",
         ),
         panel(
             "Workload CPU starvation",
             "percentunit",
-            [
-                (
-                    f"namespace_workload:procdelta_cpu_starvation:ratio_rate5m{{{WORKLOAD}}}",
-                    workloads,
-                )
-            ],
-            "Run delay over run delay + on-CPU, summed over the workload's pods (5m).",
+            [(per_workload("cpu_starvation:ratio_rate5m"), WORKLOADS)],
+            "namespace_workload:procdelta_cpu_starvation:ratio_rate5m: run delay over run "
+            "delay + on-CPU, summed over the workload's pods (5m), whatever the cause.",
+            width=8,
+        ),
+        panel(
+            "Workload CPU wait: neighbours",
+            "percentunit",
+            [(per_workload("cpu_wait_neighbours:ratio_rate5m"), WORKLOADS)],
+            "namespace_workload:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
+            "workload's run delay that other groups holding its nodes' CPUs explain, over "
+            f"run delay + on-CPU, summed over its pods (5m). {FINDINGS}",
+            width=8,
         ),
         panel(
             "Workload cores used: sums and cgroups",
             "short",
             [
-                (f"namespace_workload:procdelta_cores_used:rate5m{{{WORKLOAD}}}", workloads),
-                (
-                    f"namespace_workload:procdelta_cgroup_cores_used:rate5m{{{WORKLOAD}}}",
-                    workloads + " cgroup",
-                ),
+                (per_workload("on_cpu_nanos:rate5m", "1e9"), WORKLOADS),
+                (per_workload("cgroup_cpu_nanos:rate5m", "1e9"), WORKLOADS + " cgroup"),
             ],
             "On-CPU of the workload's processes, and its pods' cgroups' CPU (5m).",
+            width=8,
         ),
+    ]
+
+
+def neighbour_panels() -> list[dict]:
+    neighbours = f'node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{CLUSTER}, pod!=""}} / 1e9'
+    outside = f"node:procdelta_outside_pods_on_cpu_nanos:rate5m{{{CLUSTER}}} / 1e9"
+    return [
         row("Neighbours: what ran on the selected pods' nodes"),
-        {
-            **table(
-                "Neighbours: cores used per pod on the selected pods' nodes",
-                [
-                    (f"{neighbour_cores}\nand on (node)\n{nodes}", "{{node}} " + pods),
-                    (
-                        f"{outside_pods}\nand on (node)\n{nodes}",
-                        "{{node}} processes outside pods",
-                    ),
-                ],
-                "Every pod on the nodes where the selected pods (of the selected workloads) "
-                "ran, ranked by the CPU it used over the time range: its cgroup's (short-lived "
-                "processes included) where procdelta reads cgroups, else its processes' "
-                "on-CPU. A starved pod's contenders are at the top.",
-                "short",
-            ),
-        },
+        table(
+            "Neighbours: cores used per pod on the selected pods' nodes",
+            [
+                (f"{neighbours}\n{ON_NODES}", "{{node}} " + PODS),
+                (f"{outside}\n{ON_NODES}", "{{node}} processes outside pods"),
+            ],
+            "Every pod on the nodes where the selected pods (of the selected workloads) ran, "
+            "ranked by the cores its cgroup used over the time range "
+            "(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m / 1e9: every task, "
+            "short-lived ones included), beside the processes outside pods "
+            "(node:procdelta_outside_pods_on_cpu_nanos:rate5m / 1e9): the series "
+            "ProcdeltaPodCPUStarved's text ranks (its three busiest, the pod itself left "
+            "out). A starved pod's contenders are at the top.",
+            "short",
+        ),
         panel(
             "Node saturation: runnable threads per CPU",
             "percentunit",
             [
                 (
-                    f"({node_on_cpu} + {node_delay}) / 1e9\n/ on (node)\n"
-                    "max by (node) (procdelta_node_cpus)\n"
-                    f"and on (node)\n{nodes}",
+                    f"node:procdelta_cpu_saturation:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
                     "{{node}} runnable threads per CPU",
                 ),
                 (
-                    f"{node_delay}\n/\n({node_delay} + {node_on_cpu})\nand on (node)\n{nodes}",
+                    f"node:procdelta_cpu_starvation:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
                     "{{node}} starvation",
                 ),
             ],
-            "On-CPU plus run delay per second of everything procdelta sees on the node, over "
-            "its CPUs (kube-state-metrics' capacity): above 100%, more threads want a CPU than "
-            "it has. Beside it, the share of the node's runnable time spent waiting.",
+            "For the nodes of the selected pods: node:procdelta_cpu_saturation:ratio_rate5m, "
+            "runnable threads per CPU (node:procdelta_runnable_threads:rate5m, on-CPU plus "
+            "run delay per second of every group procdelta sees on the node, over "
+            "procdelta_node_cpus, its online CPUs): above 100%, more threads want a CPU than "
+            "the node has; and node:procdelta_cpu_starvation:ratio_rate5m, the share of the "
+            "node's runnable time spent waiting. ProcdeltaNodeCPUSaturated fires on the two "
+            f"together. {FINDINGS}",
         ),
-        row("Memory and storage"),
+    ]
+
+
+def memory_panels() -> list[dict]:
+    def footprint(metric: str) -> str:
+        return f"sum by (cluster, namespace, pod) ({metric}{{{POD}}})\n{IN_WORKLOADS}"
+
+    return [
+        row("Memory and storage (per pod)"),
         panel(
             "Storage I/O",
             "Bps",
             [
-                (f"{BY_POD} ({rate('procdelta_read_bytes_total')})", pods + " read"),
-                (f"{BY_POD} ({rate('procdelta_write_bytes_total')})", pods + " write"),
+                (per_pod("read_bytes:rate5m"), PODS + " read"),
+                (per_pod("write_bytes:rate5m"), PODS + " write"),
             ],
             "Bytes really fetched from and sent to storage (not page-cache hits).",
-        ),
-        panel(
-            "Major page faults",
-            "ops",
-            [(f"{BY_POD} ({rate('procdelta_major_faults_total')})", pods)],
+            width=8,
         ),
         panel(
             "Processes and threads",
             "short",
             [
-                (f"{BY_POD} (procdelta_footprint_processes{{{POD}}})", pods + " processes"),
-                (f"{BY_POD} (procdelta_footprint_threads{{{POD}}})", pods + " threads"),
+                (footprint("procdelta_footprint_processes"), PODS + " processes"),
+                (footprint("procdelta_footprint_threads"), PODS + " threads"),
             ],
+            "What the last pass saw of the pod.",
+            width=8,
         ),
         panel(
             "Resident memory",
             "bytes",
-            [(f"{BY_POD} (procdelta_footprint_rss_bytes{{{POD}}})", pods)],
+            [(footprint("procdelta_footprint_rss_bytes"), PODS)],
+            "The resident memory of the pod's processes at the last pass.",
+            width=8,
         ),
-        row("procdelta itself"),
+    ]
+
+
+def self_panels() -> list[dict]:
+    def quantile(q: str) -> str:
+        buckets = rate("procdelta_pass_duration_seconds_bucket")
+        return f"histogram_quantile({q}, sum by (cluster, node, le) ({buckets}))\n{ON_NODES}"
+
+    def by_reason(metric: str) -> str:
+        return f"sum by (reason) (\n{rate(metric)}\n{ON_NODES}\n)"
+
+    return [
+        row("procdelta itself (on the selected pods' nodes)"),
         panel(
             "Pass duration",
             "s",
-            [
-                (
-                    "histogram_quantile(0.5, sum by (node, le) "
-                    f"({rate('procdelta_pass_duration_seconds_bucket', NODE)}))",
-                    "{{node}} p50",
-                ),
-                (
-                    "histogram_quantile(0.99, sum by (node, le) "
-                    f"({rate('procdelta_pass_duration_seconds_bucket', NODE)}))",
-                    "{{node}} p99",
-                ),
-            ],
+            [(quantile("0.5"), "{{node}} p50"), (quantile("0.99"), "{{node}} p99")],
         ),
         panel(
             "Dropped deltas",
             "ops",
             [
-                (
-                    f"sum by (reason) ({rate('procdelta_dropped_deltas_total', NODE)})",
-                    "{{reason}}",
-                ),
-                (
-                    f"sum by (reason) ({rate('procdelta_dropped_thread_deltas_total', NODE)})",
-                    "thread {{reason}}",
-                ),
-                (
-                    f"sum by (reason) ({rate('procdelta_dropped_cgroup_deltas_total', NODE)})",
-                    "cgroup {{reason}}",
-                ),
+                (by_reason("procdelta_dropped_deltas_total"), "{{reason}}"),
+                (by_reason("procdelta_dropped_thread_deltas_total"), "thread {{reason}}"),
+                (by_reason("procdelta_dropped_cgroup_deltas_total"), "cgroup {{reason}}"),
             ],
             "Processes that contributed no delta to a pass, threads left out of a "
             "contributing process's sums, and groups whose cgroup gave no delta, by reason, "
@@ -437,7 +531,12 @@ def dashboard() -> dict:
         panel(
             "Sources the nodes provide",
             "short",
-            [(f"min by (source) (procdelta_source_available{{{NODE}}})", "{{source}}")],
+            [
+                (
+                    f"min by (source) (\nprocdelta_source_available{{{CLUSTER}}}\n{ON_NODES}\n)",
+                    "{{source}}",
+                )
+            ],
             "1 on every node, or 0 where a node lacks it: schedstat, per-thread io, each "
             "cgroup hierarchy, PSI. procdelta's log says at start-up which fields a missing "
             "one leaves empty.",
@@ -446,21 +545,69 @@ def dashboard() -> dict:
             "Tracked processes and threads",
             "short",
             [
-                (f"sum by (node) (procdelta_tracked_processes{{{NODE}}})", "{{node}} processes"),
-                (f"sum by (node) (procdelta_tracked_threads{{{NODE}}})", "{{node}} threads"),
+                (
+                    f"sum by (cluster, node) (procdelta_tracked_processes{{{CLUSTER}}})\n"
+                    f"{ON_NODES}",
+                    "{{node}} processes",
+                ),
+                (
+                    f"sum by (cluster, node) (procdelta_tracked_threads{{{CLUSTER}}})\n{ON_NODES}",
+                    "{{node}} threads",
+                ),
             ],
         ),
         panel(
             "Passes",
             "ops",
-            [(f"sum by (node) ({rate('procdelta_passes_total', NODE)})", "{{node}}")],
+            [
+                (
+                    f"sum by (cluster, node) ({rate('procdelta_passes_total')})\n{ON_NODES}",
+                    "{{node}}",
+                )
+            ],
         ),
+    ]
+
+
+def variables() -> list[dict]:
+    """The chain cluster -> namespace -> workload -> pod, each filtered by those before it;
+    the last three from the rules' pod -> workload map, which holds every pod procdelta saw
+    (and named) over the rules' window, with or without kube-state-metrics."""
+    return [
+        {
+            "name": "datasource",
+            "label": "Data source",
+            "type": "datasource",
+            "query": "prometheus",
+            "current": {},
+        },
+        variable("cluster", "label_values(procdelta_build_info, cluster)", "Cluster"),
+        variable(
+            "namespace", f'label_values({OWNER}{{{CLUSTER}, pod!=""}}, namespace)', "Namespace"
+        ),
+        variable(
+            "workload",
+            f'label_values({OWNER}{{{CLUSTER}, namespace=~"$namespace", pod!=""}}, workload)',
+            "Workload",
+        ),
+        variable("pod", f"label_values({OWNERS}, pod)", "Pod"),
+    ]
+
+
+def dashboard() -> dict:
+    panels = [
+        *cpu_panels(),
+        *workload_panels(),
+        *neighbour_panels(),
+        *memory_panels(),
+        *self_panels(),
     ]
     return {
         "uid": "procdelta",
         "title": "procdelta: per-pod process counters",
-        "description": "CPU starvation (throttled or contended), coverage, pressure, CPU, I/O "
-        "and switches per pod, from procdelta.",
+        "description": "CPU starvation per pod and its three causes (its own CPU limit, its "
+        "own threads, its neighbours), coverage, pressure, CPU, I/O and switches per pod and "
+        "per workload, from procdelta's recording rules.",
         "tags": ["procdelta", "kubernetes"],
         "editable": True,
         "graphTooltip": 1,
@@ -468,35 +615,7 @@ def dashboard() -> dict:
         "schemaVersion": 39,
         "time": {"from": "now-1h", "to": "now"},
         "timezone": "",
-        "templating": {
-            "list": [
-                {
-                    "name": "datasource",
-                    "label": "Data source",
-                    "type": "datasource",
-                    "query": "prometheus",
-                    "current": {},
-                },
-                variable("node", "label_values(procdelta_build_info, node)", "Node"),
-                variable(
-                    "namespace",
-                    'label_values(procdelta_footprint_processes{node=~"$node"}, namespace)',
-                    "Namespace",
-                ),
-                variable(
-                    "workload",
-                    "label_values(namespace_workload:procdelta_pods:count"
-                    '{namespace=~"$namespace"}, workload)',
-                    "Workload",
-                ),
-                variable(
-                    "pod",
-                    'label_values(procdelta_footprint_processes{node=~"$node", '
-                    'namespace=~"$namespace"}, pod)',
-                    "Pod",
-                ),
-            ]
-        },
+        "templating": {"list": variables()},
         "annotations": {"list": []},
         "panels": layout(panels),
     }
@@ -506,7 +625,17 @@ def render() -> str:
     return json.dumps(dashboard(), indent=2) + "\n"
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
     out = Path(__file__).with_name("procdelta.json")
+    if "--check" in argv:
+        if not out.exists() or out.read_text() != render():
+            sys.stderr.write(f"stale: {out} (run python grafana/dashboard.py)\n")
+            return 1
+        return 0
     out.write_text(render())
     sys.stdout.write(f"wrote {out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -171,14 +171,15 @@ def test_dashboard_json_is_the_generators_output():
     committed = (ROOT / "grafana" / "procdelta.json").read_text()
     assert committed == dashboard.render(), "run `python grafana/dashboard.py` and commit"
     model = json.loads(committed)
-    assert {v["name"] for v in model["templating"]["list"]} == {
-        "datasource", "node", "namespace", "workload", "pod",
-    }  # fmt: skip
+    assert [v["name"] for v in model["templating"]["list"]] == [
+        "datasource", *VARIABLES,
+    ]  # fmt: skip
     titles = {p["title"] for p in model["panels"]}
     for wanted in ("CPU starvation", "Cores used", "Run delay", "Storage I/O",
-                   "Context switches", "Major page faults", "Processes and threads",
+                   "Context switches", "Processes and threads",
                    "Pass duration", "Dropped deltas", "Throttled share of CPU periods",
-                   "Run delay: throttled or contended",
+                   "CPU wait by cause, per pod", "CPU wait: own CPU limit",
+                   "CPU wait: own threads", "CPU wait: neighbours", "Run delay by cause",
                    "Coverage: on-CPU seen by the sums / the cgroup's CPU",
                    "Pressure (PSI some): share of time some task waited",
                    "Sources the nodes provide",
@@ -200,44 +201,71 @@ def dashboard_queries(**chosen: str) -> list[str]:
     return [set_variables(q, **chosen) for q in queries]
 
 
+VARIABLES = ("cluster", "namespace", "workload", "pod")
+"""The dashboard's chain of variables, each filtered by those before it."""
+
+
 def set_variables(query: str, window: str = "15s", **chosen: str) -> str:
     """A dashboard query with its variables set: each to a value chosen, or as for "All"."""
+    unknown = set(chosen) - set(VARIABLES)
+    assert not unknown, f"the dashboard has no variable {unknown}"
     query = query.replace("$__rate_interval", window)
-    for name in ("node", "namespace", "workload", "pod"):
+    for name in VARIABLES:
         query = query.replace(f"${name}", chosen.get(name, ".*"))
     return query
 
 
 def test_neighbours_are_those_of_the_selected_pods_nodes(tmp_path):
-    """The neighbours panel, evaluated by promtool over the rules on two nodes: a pod chosen
-    whose processes never outlive a pass (cgroup counters alone) still has its node's pods
-    as neighbours, and a workload chosen, its pods' nodes only."""
+    """The neighbours panel, evaluated by promtool over the rules on two nodes: the pods of
+    the chosen pod's node ranked by their cgroups' CPU, and the processes outside pods there.
+    A pod chosen whose processes never outlive a pass (cgroup counters alone), or one whose
+    cgroup procdelta does not read (process counters alone), still has its node's pods as
+    neighbours; a workload chosen, its pods' nodes only."""
     model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
     title = "Neighbours: cores used per pod on the selected pods' nodes"
     (panel,) = [p for p in model["panels"] if p["title"] == title]
-    neighbours = panel["targets"][0]["expr"]
+    neighbours, outside = (t["expr"] for t in panel["targets"])
 
-    def series(metric: str, pod: str, node: str) -> dict:
-        labels = f'namespace="batch",pod="{pod}",uid="u-{pod}",job="procdelta",node="{node}"'
+    def series(metric: str, node: str, pod: str = "") -> dict:
+        group = f'namespace="batch",pod="{pod}",uid="u-{pod}"' if pod else 'cgroup="/system.slice"'
+        labels = f'{group},job="procdelta",node="{node}"'
         return {"series": f"{metric}{{{labels}}}", "values": "0+30000000000x20"}
 
-    def neighbours_of(**chosen: str) -> dict:
+    def neighbours_of(pods: set[str], **chosen: str) -> dict:
         expr = f"count by (node, namespace, pod) ({set_variables(neighbours, '5m', **chosen)})"
-        on_n1 = [
-            {"labels": f'{{namespace="batch",node="n1",pod="{pod}"}}', "value": 1}
-            for pod in ("q", "r")
+        node = "n2" if pods == {"s"} else "n1"
+        samples = [
+            {"labels": f'{{namespace="batch",node="{node}",pod="{pod}"}}', "value": 1}
+            for pod in sorted(pods)
         ]
-        return {"expr": expr, "eval_time": "10m", "exp_samples": on_n1}
+        return {"expr": expr, "eval_time": "10m", "exp_samples": samples}
+
+    def outside_of(**chosen: str) -> dict:
+        expr = f"count by (node) ({set_variables(outside, '5m', **chosen)})"
+        samples = [{"labels": '{node="n1"}', "value": 1}]
+        return {"expr": expr, "eval_time": "10m", "exp_samples": samples}
 
     tests = tmp_path / "neighbours.test.yml"
     case = {
         "interval": "1m",
         "input_series": [
-            series("procdelta_cgroup_cpu_nanos_total", "q", "n1"),
-            series("procdelta_on_cpu_nanos_total", "r", "n1"),
-            series("procdelta_on_cpu_nanos_total", "s", "n2"),
+            series("procdelta_cgroup_cpu_nanos_total", "n1", "q"),
+            series("procdelta_on_cpu_nanos_total", "n1", "r"),
+            series("procdelta_cgroup_cpu_nanos_total", "n1", "r"),
+            series("procdelta_on_cpu_nanos_total", "n1", "t"),
+            series("procdelta_on_cpu_nanos_total", "n1"),
+            series("procdelta_on_cpu_nanos_total", "n2", "s"),
+            series("procdelta_cgroup_cpu_nanos_total", "n2", "s"),
+            series("procdelta_on_cpu_nanos_total", "n2"),
         ],
-        "promql_expr_test": [neighbours_of(pod="q"), neighbours_of(workload="q")],
+        "promql_expr_test": [
+            neighbours_of({"q", "r"}, pod="q"),
+            neighbours_of({"q", "r"}, pod="t"),
+            neighbours_of({"q", "r"}, workload="q"),
+            neighbours_of({"s"}, workload="s"),
+            neighbours_of({"s"}, namespace="batch", pod="s"),
+            outside_of(pod="q"),
+        ],
     }
     tests.write_text(
         yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [case]})

@@ -396,25 +396,34 @@ def pending(prometheus: Prometheus, alert: str) -> set[str]:
 
 def test_rules_tell_the_throttled_pod_from_the_contended_one(prometheus, collector):
     """A real Prometheus evaluates the rule file on what the collector scraped from the
-    kernel: the throttled pod's throttled share, and which alert each pod raises."""
+    kernel: the throttled pod's wait is its quota's, the one-thread web pods' their
+    neighbours', and busy-pod's (three threads on two CPUs) mostly its own threads'."""
     wait_until(
         lambda: prometheus.query("count_over_time(procdelta_passes_total[1m]) >= 25"),
         90,
         "25 scrapes of procdelta (the rules' windows full)",
     )
-    share = "namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m"
+    web = next(iter(WEB))
+    share = "node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m"
     assert recorded(prometheus, share, "throttled-pod") > 0.5
     assert not prometheus.query(f'{share}{{pod="busy-pod"}}')  # no quota: no share at all
-    starvation = "namespace_pod:procdelta_cpu_starvation:ratio_rate5m"
+    starvation = "node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m"
     assert recorded(prometheus, starvation, "throttled-pod") > 0.5  # its run delay: its quota
     assert recorded(prometheus, starvation, "busy-pod") > 0.25  # 3 threads, 2 CPUs
-    assert recorded(prometheus, "namespace_pod:procdelta_cores_used:rate5m", "throttled-pod") > 0.1
-    coverage = recorded(prometheus, "namespace_pod:procdelta_cpu_coverage:ratio_rate5m", "busy-pod")
+    wait = "node_namespace_pod:procdelta_cpu_wait_{}:ratio_rate5m"
+    assert recorded(prometheus, wait.format("throttled"), "throttled-pod") > 0.5
+    assert recorded(prometheus, wait.format("neighbours"), "throttled-pod") < 0.25
+    assert recorded(prometheus, wait.format("neighbours"), web) > 0.25
+    assert recorded(prometheus, wait.format("own_threads"), "busy-pod") > 0.2
+    on_cpu = "node_namespace_pod:procdelta_on_cpu_nanos:rate5m"
+    assert recorded(prometheus, on_cpu, "throttled-pod") > 0.1e9
+    coverage_rule = "node_namespace_pod:procdelta_cpu_coverage:ratio_rate5m"
+    coverage = recorded(prometheus, coverage_rule, "busy-pod")
     assert 0.9 < coverage < 1.1  # one long-lived process: the sums see all of its CPU
 
     def both_pending() -> bool:
         return "throttled-pod" in pending(prometheus, "ProcdeltaPodCPUThrottled") and (
-            "busy-pod" in pending(prometheus, "ProcdeltaPodCPUStarved")
+            web in pending(prometheus, "ProcdeltaPodCPUStarved")
         )
 
     wait_until(both_pending, 60, "the throttled and the starvation alerts pending")
@@ -466,8 +475,8 @@ def test_workloads_their_findings_and_alerts(prometheus, collector):
         prometheus.query(f"namespace_workload:procdelta_cpu_starvation:ratio_rate5m{e2e}")
     )
     assert starvation["web"] > 0.25
-    cores = by_workload(prometheus.query(f"namespace_workload:procdelta_cores_used:rate5m{e2e}"))
-    assert cores["busy-pod"] > cores["web"] > 0.2 and cores["throttled"] < 0.3
+    cores = by_workload(prometheus.query(f"namespace_workload:procdelta_on_cpu_nanos:rate5m{e2e}"))
+    assert cores["busy-pod"] > cores["web"] > 0.2e9 and cores["throttled"] < 0.3e9
 
     def alerts(name: str) -> list[dict]:
         return [
@@ -484,7 +493,7 @@ def test_workloads_their_findings_and_alerts(prometheus, collector):
     assert len(web) == 1 and web[0]["workload_type"] == "deployment"  # one, for two pods
     assert "throttled" not in {a["workload"] for a in alerts("ProcdeltaWorkloadCPUStarved")}
     assert {a["workload"] for a in alerts("ProcdeltaWorkloadCPUThrottled")} == {"throttled"}
-    # the pods' own alerts carry their workload, for Alertmanager to inhibit them
+    # the pods' own alerts carry their workload and node, for Alertmanager to inhibit them
     wait_until(
         lambda: {a["pod"] for a in alerts("ProcdeltaPodCPUStarved")} >= set(WEB),
         60,
@@ -493,6 +502,7 @@ def test_workloads_their_findings_and_alerts(prometheus, collector):
     for alert in alerts("ProcdeltaPodCPUStarved"):
         if alert["pod"] in WEB:
             assert (alert["workload"], alert["workload_type"]) == ("web", "deployment")
+            assert alert["node"] == NODE
 
 
 def test_workload_panels_show_the_starved_workload_not_the_throttled_one(prometheus):
@@ -540,7 +550,8 @@ def test_neighbours_rank_the_contending_pod_first(prometheus):
     assert [s["metric"]["node"] for s in prometheus.query(outside)] == [NODE]
     # the recorded per-node ranking says the same
     recorded = prometheus.query(
-        f'sort_desc(node_namespace_pod:procdelta_cores_used:rate5m{{node="{NODE}",namespace="e2e"}})'
+        "sort_desc(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m"
+        f'{{node="{NODE}",namespace="e2e"}})'
     )
     assert recorded[0]["metric"]["pod"] == "busy-pod"
     # a workload chosen: its pods' node; a pod no node ran: no neighbours at all

@@ -26,7 +26,7 @@ from tests.promtools import binary
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "deploy" / "helm" / "procdelta"
 KUBERNETES_VERSION = "1.33.0"  # the oldest Kubernetes release the chart promises
-OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "AlertmanagerConfig"}
 VALUES = {
     "default": {},
     "all-on": yaml.safe_load((CHART / "ci" / "all-on-values.yaml").read_text()),
@@ -612,3 +612,33 @@ def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     assert {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"} <= fired
     result = run_cases(tmp_path, rules, cases)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_alertmanager_config_inhibits_as_the_findings_page_says():
+    """The optional AlertmanagerConfig: the inhibit rules of docs/findings.md, on the
+    cluster label the rules keep (a value), and nothing rendered unless asked for."""
+    text = (ROOT / "docs" / "findings.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "inhibit_rules" in b]
+    documented = [
+        (r["source_matchers"], r["target_matchers"], r["equal"])
+        for r in yaml.safe_load(block)["inhibit_rules"]
+    ]
+    assert "AlertmanagerConfig" not in render({})
+    for label in ("cluster", "k8s_cluster"):
+        config = only(
+            render(
+                {"alertmanagerConfig": {"enabled": True}, "prometheusRule": {"clusterLabel": label}}
+            ),
+            "AlertmanagerConfig",
+        )
+        assert config["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+        rendered = [
+            (
+                [f'{m["name"]} {m["matchType"]} "{m["value"]}"' for m in r["sourceMatch"]],
+                [f'{m["name"]} {m["matchType"]} "{m["value"]}"' for m in r["targetMatch"]],
+                r["equal"],
+            )
+            for r in config["spec"]["inhibitRules"]
+        ]
+        expected = [(s, t, [label if e == "cluster" else e for e in eq]) for s, t, eq in documented]
+        assert rendered == expected

@@ -1,15 +1,16 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
     python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
-                       [--storage FILE:BYTES]
+                       [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
-block; with --churn a thread keeps starting short-lived threads and children and
-writing to a file in DIR; with --cpu every thread runs on that CPU only; with --storage a
-thread (not the leader) writes BYTES to FILE with fsync, drops the file's pages from the
-page cache and reads it back, so that storage really moved both ways, before "ready";
-the thread then blocks.
+block; with --duty a thread runs RUN_MS of CPU time, then sleeps until EVERY_MS of wall
+time since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --churn a thread
+keeps starting short-lived threads and children and writing to a file in DIR; with --cpu
+every thread runs on that CPU only; with --storage a thread (not the leader) writes BYTES
+to FILE with fsync, drops the file's pages from the page cache and reads it back, so that
+storage really moved both ways, before "ready"; the thread then blocks.
 Commands:
 
     count           print the total number of sleeps done so far
@@ -44,6 +45,20 @@ def sleeper(index: int) -> None:
         time.sleep(0.001)
         count += 1
         sleeps[index] = count
+
+
+def duty(run_ms: float, every_ms: float) -> None:
+    """Busy for `run_ms` (by the thread's own CPU clock), then asleep until `every_ms` of
+    wall time have passed since the burst began: a thread that wants run/every of a CPU."""
+    buffer = os.urandom(1 << 16)
+    while not stop.is_set():
+        began = time.monotonic()
+        until = time.thread_time() + run_ms / 1000
+        while time.thread_time() < until:
+            hashlib.sha256(buffer).digest()
+        rest = every_ms / 1000 - (time.monotonic() - began)
+        if rest > 0:
+            stop.wait(rest)
 
 
 def idle() -> None:
@@ -116,6 +131,9 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("--sleepers", type=int, default=0)
     parser.add_argument("--idle", type=int, default=0)
+    parser.add_argument(
+        "--duty", metavar="RUN_MS:EVERY_MS", help="one thread busy RUN_MS of every EVERY_MS"
+    )
     parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
     parser.add_argument("--cpu", type=int, help="run on this CPU only")
     parser.add_argument("--storage", metavar="FILE:BYTES", help="write, then read from storage")
@@ -128,6 +146,9 @@ def main() -> None:
         threading.Thread(target=sleeper, args=(i,), daemon=True) for i in range(args.sleepers)
     ]
     threads += [threading.Thread(target=idle, daemon=True) for _ in range(args.idle)]
+    if args.duty:
+        run_ms, every_ms = (float(n) for n in args.duty.split(":"))
+        threads.append(threading.Thread(target=duty, args=(run_ms, every_ms), daemon=True))
     if args.churn:
         threads.append(threading.Thread(target=churn, args=(args.churn,), daemon=True))
     for thread in threads:
