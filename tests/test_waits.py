@@ -137,3 +137,38 @@ def test_with_waits_splits_only_groups_with_both_sources():
     assert split[pod].run_delay_own_threads_nanos == split[pod].run_delay_neighbours_nanos == 0
     assert split[cgroup_only] == cgroups[cgroup_only]  # no process sums: nothing to split
     assert with_waits(intervals, cgroups, None) == cgroups  # the node unknown: no split
+
+
+def _splits(result) -> dict:
+    return {
+        group: (
+            fields.run_delay_throttled_nanos,
+            fields.run_delay_own_threads_nanos,
+            fields.run_delay_neighbours_nanos,
+        )
+        for group, fields in result.cgroup_intervals.items()
+        if fields.run_delay_throttled_nanos is not None
+    }
+
+
+def test_a_failed_pass_leaves_the_node_reading_the_next_one_subtracts_from():
+    """The node's busy time is taken as a pass's listing is: a pass that fails after its
+    reading does not move it, so the next pass splits over the same interval as it would
+    have without the failure (the same numbers)."""
+    from tests.fixturetree import FixtureRun
+    from tests.test_engine import Watching
+
+    clean = FixtureRun()
+    clean.engine.run_pass()
+    clean.sleep(10)
+    expected = _splits(clean.engine.run_pass())
+    assert any(any(parts) for parts in expected.values())  # the fixture splits something
+
+    failing = FixtureRun()
+    failing.engine.run_pass()
+    failing.sleep(10)
+    watching = failing.engine.reader = Watching(failing.engine.reader, fail=True)
+    with pytest.raises(OSError):
+        failing.engine.run_pass()
+    watching.fail = False
+    assert _splits(failing.engine.run_pass()) == expected
