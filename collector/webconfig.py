@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import bcrypt
 import yaml
 
+from collector import tls as tlslib
+
 
 class WebConfigError(ValueError):
     """A web configuration file that cannot be used, with the reason in one line."""
@@ -58,36 +60,62 @@ _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 
 @dataclass
 class WebConfig:
-    tls: ssl.SSLContext | None = None
+    tls: tlslib.Server | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     _verified: set[bytes] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remembered(self, header: str | None) -> bool | None:
+        """`authorized(header)` when it needs no bcrypt check (no users, a malformed
+        header, credentials verified before), else None: cheap enough for the event loop."""
+        if not self.users:
+            return True
+        credentials = _credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        hashed = self.users.get(user)
+        if hashed is not None:
+            with self._lock:
+                if self._key(hashed, user, password) in self._verified:
+                    return True
+        return None
 
     def authorized(self, header: str | None) -> bool:
         """Whether an `Authorization` header passes basic auth (always, without users).
 
         A bcrypt check costs tens of milliseconds, so a verified (user, password) pair is
         remembered by a keyed digest, as the exporter toolkit does."""
-        if not self.users:
-            return True
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, sep, password = base64.b64decode(header[6:], validate=True).partition(b":")
-        except ValueError:
-            return False
-        hashed = self.users.get(user.decode("utf-8", "replace"))
-        if not sep or hashed is None:
-            return False
-        key = hmac.new(hashed, user + b":" + password, hashlib.sha256).digest()
-        with self._lock:
-            if key in self._verified:
-                return True
-        if not bcrypt.checkpw(password, hashed):
+        quick = self.remembered(header)
+        if quick is not None:
+            return quick
+        credentials = _credentials(header)
+        assert credentials is not None
+        user, password = credentials
+        hashed = self.users.get(user)
+        if hashed is None or not bcrypt.checkpw(password, hashed):
             return False
         with self._lock:
-            self._verified.add(key)
+            self._verified.add(self._key(hashed, user, password))
         return True
+
+    @staticmethod
+    def _key(hashed: bytes, user: str, password: bytes) -> bytes:
+        return hmac.new(hashed, user.encode() + b":" + password, hashlib.sha256).digest()
+
+
+def _credentials(header: str | None) -> tuple[str, bytes] | None:
+    """The (user, password) of a Basic `Authorization` header, None if it is not one."""
+    if not header or not header.startswith("Basic "):
+        return None
+    try:
+        user, sep, password = base64.b64decode(header[6:], validate=True).partition(b":")
+    except ValueError:
+        return None
+    name = user.decode("utf-8", "replace")
+    if not sep:
+        return None
+    return name, password
 
 
 def load(path: str) -> WebConfig:
@@ -109,7 +137,7 @@ def load(path: str) -> WebConfig:
     config = WebConfig()
     tls = document.get("tls_server_config")
     if tls is not None:
-        config.tls = _tls_context(path, base, tls)
+        config.tls = _tls_server(path, base, tls)
     users = document.get("basic_auth_users") or {}
     if not isinstance(users, dict):
         raise WebConfigError(f"{path}: basic_auth_users: want user: bcrypt-hash pairs")
@@ -123,7 +151,7 @@ def load(path: str) -> WebConfig:
     return config
 
 
-def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
+def _tls_server(path: str, base: str, tls: object) -> tlslib.Server:
     if not isinstance(tls, dict):
         raise WebConfigError(f"{path}: tls_server_config: want a mapping")
     unknown = set(tls) - _TLS_KEYS
@@ -166,7 +194,7 @@ def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
             ) from None
     elif auth in ("RequireAndVerifyClientCert", "VerifyClientCertIfGiven"):
         raise WebConfigError(f"{path}: tls_server_config: {auth} needs a client_ca_file")
-    return context
+    return tlslib.StdlibServer(context)
 
 
 def _bad(path: str, name: str, value: object):

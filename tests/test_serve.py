@@ -61,7 +61,7 @@ class CountingEngine:
 @contextlib.contextmanager
 def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[int]:
     server = make_server("127.0.0.1:0", loop, path)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
         yield server.server_address[1]
