@@ -58,12 +58,23 @@ _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 # refused as unsupported rather than silently ignored.
 
 
+BCRYPT_MAX_BYTES = 72
+"""bcrypt reads no further into a password; htpasswd and bcrypt < 5 cut longer ones here
+when they hash them, so the check cuts them too (bcrypt 5 raises instead)."""
+
+
 @dataclass
 class WebConfig:
     tls: tlslib.Server | None = None
     users: dict[str, bytes] = field(default_factory=dict)
+    _dummy: bytes = b""  # compared against for an unknown user: the same cost as a known one
     _verified: set[bytes] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _bcrypt: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.users and not self._dummy:
+            self._dummy = _dummy_hash(self.users)
 
     def remembered(self, header: str | None) -> bool | None:
         """`authorized(header)` when it needs no bcrypt check (no users, a malformed
@@ -84,8 +95,11 @@ class WebConfig:
     def authorized(self, header: str | None) -> bool:
         """Whether an `Authorization` header passes basic auth (always, without users).
 
-        A bcrypt check costs tens of milliseconds, so a verified (user, password) pair is
-        remembered by a keyed digest, as the exporter toolkit does."""
+        An unknown user's password is checked against a dummy hash of the users' cost, so
+        that the answer takes as long as for a known user (exporter-toolkit does the same):
+        the time does not tell which users exist. bcrypt checks run one at a time. A
+        verified (user, password) pair is remembered by a keyed digest, as the toolkit
+        does, so that a scrape with right credentials costs microseconds after its first."""
         quick = self.remembered(header)
         if quick is not None:
             return quick
@@ -93,7 +107,12 @@ class WebConfig:
         assert credentials is not None
         user, password = credentials
         hashed = self.users.get(user)
-        if hashed is None or not bcrypt.checkpw(password, hashed):
+        with self._bcrypt:
+            try:
+                ok = bcrypt.checkpw(password[:BCRYPT_MAX_BYTES], hashed or self._dummy)
+            except ValueError:  # a password bcrypt refuses (a NUL byte in older versions)
+                ok = False
+        if not ok or hashed is None:
             return False
         with self._lock:
             self._verified.add(self._key(hashed, user, password))
@@ -106,16 +125,22 @@ class WebConfig:
 
 def _credentials(header: str | None) -> tuple[str, bytes] | None:
     """The (user, password) of a Basic `Authorization` header, None if it is not one."""
-    if not header or not header.startswith("Basic "):
+    if not header or header[:6].lower() != "basic ":
         return None
     try:
-        user, sep, password = base64.b64decode(header[6:], validate=True).partition(b":")
-    except ValueError:
+        user, sep, password = base64.b64decode(header[6:].strip(), validate=True).partition(b":")
+        name = user.decode("utf-8")
+    except ValueError:  # not base64, or a user name that is not UTF-8
         return None
-    name = user.decode("utf-8", "replace")
     if not sep:
         return None
     return name, password
+
+
+def _dummy_hash(users: dict[str, bytes]) -> bytes:
+    """A hash of a random password at the highest cost among the users' hashes."""
+    cost = max(int(hashed.split(b"$")[2]) for hashed in users.values())
+    return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=cost))
 
 
 def load(path: str) -> WebConfig:
@@ -148,6 +173,8 @@ def load(path: str) -> WebConfig:
         except ValueError:
             raise WebConfigError(f"{path}: basic_auth_users: {user}: not a bcrypt hash") from None
         config.users[str(user)] = encoded
+    if config.users:
+        config._dummy = _dummy_hash(config.users)
     return config
 
 

@@ -9,6 +9,8 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import bcrypt
@@ -68,12 +70,12 @@ def client_context(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
 
 
 def get(port: int, context: ssl.SSLContext | None, user: str | None = None,
-        password: str = PASSWORD) -> int:  # fmt: skip
+        password: str = PASSWORD, path: str = "/metrics") -> int:  # fmt: skip
     headers = {}
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    return request(port, headers=headers, context=context)[0]
+    return request(port, path, headers=headers, context=context)[0]
 
 
 def test_tls_and_basic_auth(pki):
@@ -112,13 +114,90 @@ def test_client_certificates_required(pki):
 
 
 def test_basic_auth_without_tls(tmp_path):
-    process, port = start(write_config(tmp_path, users_block()))
+    """Every path is guarded, /healthz too (the chart's probes check the port only); a
+    password of any length, a malformed header, a user name that is not UTF-8: each is a
+    401 and no traceback, and the refusals are logged a line at a time, rate-limited."""
+    long_password = "x" * 80  # a user may have one: bcrypt reads its first 72 bytes
+    hashed = bcrypt.hashpw(long_password.encode()[:72], bcrypt.gensalt(rounds=4)).decode()
+    config = write_config(tmp_path, users_block() + f"  bob: '{hashed}'\n")
+    process, port = start(config)
     try:
         wait_until(lambda: get(port, None, "alice") == 200, 30, "basic auth")
         assert get(port, None) == 401
+        assert get(port, None, path="/healthz") == 401
+        assert get(port, None, "alice", path="/healthz") == 200
+        assert get(port, None, path="/") == 401
+        assert get(port, None, "bob", long_password) == 200
+        assert get(port, None, "alice", "y" * 100) == 401
+        assert get(port, None, "alice", "z" * 10_000) == 401
+        assert get(port, None, "mallory", "y" * 100) == 401
+        for header in ("Basic " + base64.b64encode(b"\xff\xfe:pw").decode(),
+                       "Basic " + base64.b64encode(b"no-colon").decode(),
+                       "Basic !!!", "Basic", "Bearer abc", "basic " + "A" * 30_000):  # fmt: skip
+            assert request(port, headers={"Authorization": header})[0] == 401, header
     finally:
         process.terminate()
-        process.communicate(timeout=10)
+        _, stderr = process.communicate(timeout=10)
+    assert "Traceback" not in stderr
+    refused = [line for line in stderr.splitlines() if "refused 127.0.0.1" in line]
+    assert 1 <= len(refused) <= 2, refused  # 13 refusals, one line every 10 s
+
+
+def test_an_unknown_user_costs_a_bcrypt_check_of_the_same_cost(monkeypatch):
+    """No timing oracle: an unknown user's password is checked against a dummy hash of the
+    users' cost (exporter-toolkit's defence), and refused even if it matched."""
+    known = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=5))
+    config = webconfig.WebConfig(users={"bob": known})
+    checked: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording)
+    assert not config.authorized("Basic " + base64.b64encode(b"mallory:pw").decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:wrong").decode())
+    dummy, real_hash = checked
+    assert real_hash == known and dummy != known
+    assert dummy.split(b"$")[2] == b"05"  # the users' cost
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", lambda password, hashed: True)
+    assert not config.authorized("Basic " + base64.b64encode(b"mallory:pw").decode())
+
+
+def test_bcrypt_checks_run_one_at_a_time(monkeypatch):
+    """Wrong passwords cost one CPU at most: bcrypt checks are serialized."""
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    running = []
+    overlapped = threading.Event()
+    lock = threading.Lock()
+
+    def slow(password: bytes, hashed: bytes) -> bool:
+        with lock:
+            running.append(1)
+            if len(running) > 1:
+                overlapped.set()
+        time.sleep(0.05)
+        with lock:
+            running.pop()
+        return False
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", slow)
+    header = "Basic " + base64.b64encode(b"bob:wrong").decode()
+    threads = [threading.Thread(target=config.authorized, args=(header,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not overlapped.is_set()
+
+
+def test_any_password_length_is_a_refusal_or_a_login():
+    hashed = bcrypt.hashpw(b"p" * 72, bcrypt.gensalt(rounds=4))
+    config = webconfig.WebConfig(users={"bob": hashed})
+    assert config.authorized("Basic " + base64.b64encode(b"bob:" + b"p" * 90).decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:" + b"q" * 90).decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:a\x00b").decode())
 
 
 @pytest.mark.parametrize(
