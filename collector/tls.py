@@ -1,7 +1,13 @@
 """TLS for the listener, over memory buffers: the event loop moves the bytes, a session
-turns them into plaintext and back (the standard library's `ssl`: an `SSLObject` on two
-`MemoryBIO`s), so that the handshake is one more step of reading a request, under the
-same deadline, and never holds a thread.
+turns them into plaintext and back. Two engines, one interface:
+
+- the standard library's `ssl` (an `SSLObject` on two `MemoryBIO`s) for every client
+  certificate mode that verifies what it gets: `NoClientCert`, `VerifyClientCertIfGiven`,
+  `RequireAndVerifyClientCert`;
+- pyOpenSSL for the two modes that ask for a certificate and do not verify it
+  (`RequestClientCert`, `RequireAnyClientCert`): Go's meaning, which exporter-toolkit
+  passes on unchanged, and which `ssl` cannot express (it verifies every certificate it
+  asks for against a CA, and has no verification callback).
 """
 
 from __future__ import annotations
@@ -95,3 +101,99 @@ class StdlibSession:
             with contextlib.suppress(ssl.SSLError):
                 self._ssl.unwrap()
         return self._out.read()
+
+
+class UnverifiedServer:
+    """Asks every client for a certificate and accepts any it gets, verified or not; with
+    `required`, a client without one fails the handshake (Go's `RequireAnyClientCert`),
+    without, it is let in too (`RequestClientCert`)."""
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, required: bool):
+        from OpenSSL import SSL
+
+        self._SSL = SSL
+        ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+        ctx.set_min_proto_version(_OPENSSL_VERSIONS[context.minimum_version])
+        if context.maximum_version in _OPENSSL_VERSIONS:
+            ctx.set_max_proto_version(_OPENSSL_VERSIONS[context.maximum_version])
+        ctx.use_certificate_chain_file(cert_file)
+        ctx.use_privatekey_file(key_file)
+        ctx.check_privatekey()
+        mode = SSL.VERIFY_PEER | (SSL.VERIFY_FAIL_IF_NO_PEER_CERT if required else 0)
+        ctx.set_verify(mode, lambda connection, certificate, error, depth, ok: True)
+        ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_NO_RENEGOTIATION)
+        self.context = ctx
+
+    def session(self) -> OpenSSLSession:
+        return OpenSSLSession(self._SSL, self.context)
+
+
+def _openssl_versions() -> dict:
+    try:
+        from OpenSSL import SSL
+    except ImportError:  # pragma: no cover - a dependency; absent only in a broken install
+        return {}
+    return {
+        ssl.TLSVersion.TLSv1: SSL.TLS1_VERSION,
+        ssl.TLSVersion.TLSv1_1: SSL.TLS1_1_VERSION,
+        ssl.TLSVersion.TLSv1_2: SSL.TLS1_2_VERSION,
+        ssl.TLSVersion.TLSv1_3: SSL.TLS1_3_VERSION,
+    }
+
+
+_OPENSSL_VERSIONS = _openssl_versions()
+
+
+class OpenSSLSession:
+    __slots__ = ("_SSL", "_conn", "_ready")
+
+    def __init__(self, SSL, context):
+        self._SSL = SSL
+        self._conn = SSL.Connection(context, None)
+        self._conn.set_accept_state()
+        self._ready = False
+
+    def receive(self, data: bytes) -> bytes:
+        SSL = self._SSL
+        self._conn.bio_write(data)
+        try:
+            if not self._ready:
+                try:
+                    self._conn.do_handshake()
+                except SSL.WantReadError:
+                    return b""
+                self._ready = True
+            chunks = []
+            while True:
+                try:
+                    chunks.append(self._conn.recv(_READ))
+                except SSL.WantReadError:
+                    break
+            return b"".join(chunks)
+        except SSL.ZeroReturnError:
+            raise Closed from None
+        except SSL.Error as error:
+            raise Failed(str(error)) from None
+
+    def send(self, data: bytes) -> bytes:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._conn.send(view) :]
+        except self._SSL.Error as error:
+            raise Failed(str(error)) from None
+        return self.pending()
+
+    def pending(self) -> bytes:
+        chunks = []
+        while True:
+            try:
+                chunks.append(self._conn.bio_read(_READ))
+            except self._SSL.WantReadError:
+                return b"".join(chunks)
+
+    def close(self) -> bytes:
+        if self._ready:
+            with contextlib.suppress(self._SSL.Error):
+                self._conn.shutdown()
+        return self.pending()

@@ -32,10 +32,11 @@ class WebConfigError(ValueError):
     """A web configuration file that cannot be used, with the reason in one line."""
 
 
-_CLIENT_AUTH = {
+_CLIENT_AUTH: dict[str, ssl.VerifyMode | None] = {
+    # exporter-toolkit's names, with Go's crypto/tls meaning; None: asked for, not verified
     "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "RequestClientCert": None,
+    "RequireAnyClientCert": None,
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
@@ -210,7 +211,8 @@ def _tls_server(path: str, base: str, tls: object) -> tlslib.Server:
     auth = str(tls.get("client_auth_type", "NoClientCert"))
     if auth not in _CLIENT_AUTH:
         _bad(path, "client_auth_type", auth)
-    context.verify_mode = _CLIENT_AUTH[auth]
+    verify = _CLIENT_AUTH[auth]
+    context.verify_mode = ssl.CERT_NONE if verify is None else verify
     if "client_ca_file" in tls:
         try:
             context.load_verify_locations(resolve("client_ca_file"))
@@ -221,6 +223,13 @@ def _tls_server(path: str, base: str, tls: object) -> tlslib.Server:
             ) from None
     elif auth in ("RequireAndVerifyClientCert", "VerifyClientCertIfGiven"):
         raise WebConfigError(f"{path}: tls_server_config: {auth} needs a client_ca_file")
+    if verify is None:  # asks for a certificate and takes any: what `ssl` cannot do
+        return tlslib.UnverifiedServer(
+            context,
+            resolve("cert_file"),
+            resolve("key_file"),
+            required=auth == "RequireAnyClientCert",
+        )
     return tlslib.StdlibServer(context)
 
 
