@@ -167,6 +167,26 @@ class FailingEngine(CountingEngine):
         return super().run_pass()
 
 
+def test_failed_passes_do_not_keep_health_green():
+    """/healthz ages from the last pass that completed: passes that fail, however many,
+    leave it to turn red after three intervals, so that kubelet restarts the pod."""
+    now = [100.0]
+
+    class AlwaysFailing(CountingEngine):
+        def run_pass(self) -> PassResult:
+            if self.passes >= 1:
+                raise OSError("proc vanished")
+            return super().run_pass()
+
+    loop = PassLoop(AlwaysFailing(groups=1), interval=10, monotonic=lambda: now[0])
+    loop.run_pass()
+    for _ in range(4):
+        now[0] += 10
+        assert loop.run_pass() is None
+    ok, reason = loop.healthy()
+    assert ok is False and "40.0s ago" in reason
+
+
 def test_a_failed_pass_is_counted_and_keeps_the_last_page():
     loop = PassLoop(FailingEngine(groups=1), interval=10)
     loop.run_pass()
