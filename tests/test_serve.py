@@ -215,8 +215,8 @@ def test_wants_openmetrics():
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly(signum):
     """A signal ends serve with status 0 and its "stopping" line, the listener closed (no
-    bound on how long: the HTTP loop checks for its shutdown every 2 s, and a loaded
-    machine may add to it; the wait below only guards against a hang)."""
+    bound on how long: a loaded machine may delay it; the wait below only guards against
+    a hang)."""
     port = free_port()
     process = start_serve(port, interval="0.5")
     try:
