@@ -166,6 +166,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.tls: tlslib.Session | None = None
         self.buffer = bytearray()
+        self.scanned = 0  # the buffer holds no head's end before this offset
         self.client = "?"
         self.busy = False  # a request is being answered
         self.closing = False
@@ -256,18 +257,22 @@ class _Connection(asyncio.Protocol):
     def _take_request(self) -> tuple[Request, bool] | None:
         """The next whole request of the buffer, and whether the connection closes after
         it; None when there is none yet (or it was refused, and the connection closed)."""
-        end = self.buffer.find(b"\r\n\r\n")
+        end = self.buffer.find(b"\r\n\r\n", self.scanned)
         if end < 0:
+            # a head trickled in a byte at a time is scanned once, not once per byte
+            self.scanned = max(0, len(self.buffer) - 3)
             if len(self.buffer) > MAX_HEAD_BYTES:
                 self._refuse(431, "request head too large")
             elif self.buffer and self.buffer.lstrip(b"\r\n") == b"":
                 del self.buffer[:]  # stray line breaks between requests (RFC 9112 §2.2)
+                self.scanned = 0
             return None
         if end > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large")
             return None
         head = bytes(self.buffer[:end])
         del self.buffer[: end + 4]
+        self.scanned = 0
         parsed = _parse_head(head.lstrip(b"\r\n"), self.client)
         if isinstance(parsed, Response):
             self._refuse(parsed.status, parsed.body.decode().strip(), parsed)

@@ -78,6 +78,21 @@ def test_pipelined_requests_head_and_connection_close():
     assert answer.endswith(b"Connection: close\r\n\r\nGET /c\n")
 
 
+def test_a_head_sent_a_byte_at_a_time_is_read_whole():
+    """The end of a head is found across the pieces it arrives in (each scanned once)."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for byte in b"GET /bytes HTTP/1.1\r\nHost: x\r\n\r\n":
+                sock.sendall(bytes([byte]))
+                time.sleep(0.002)
+            answer = b""
+            while not answer.endswith(b"GET /bytes\n"):
+                answer += sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
 @pytest.mark.parametrize(
     ("data", "status"),
     [
