@@ -316,10 +316,11 @@ def raise_open_files_limit() -> None:
     _option(
         "--web.max-requests",
         "max_requests",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=0),
         default=40,
         show_default=True,
-        help="Requests answered at once; one more is answered 503 at once.",
+        help="Requests answered at once; one more is answered 503 at once. 0: no bound "
+        "but the connections' (4096).",
     ),
 )
 @shared_options

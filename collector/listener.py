@@ -10,7 +10,7 @@ What a client can hold, whatever it does:
   connection), however slowly it trickles in; a kept-alive connection waits at most
   `idle_timeout` for its next request; a response must be taken within `write_timeout`;
 - at most `max_requests` requests are answered at once (node_exporter's
-  `--web.max-requests`); one more is answered 503 at once;
+  `--web.max-requests`; 0: no bound but the connections'); one more is answered 503 at once;
 - at most `max_connections` connections are open: a new one closes the one that has
   waited longest for a request (a flood evicts itself, not a scraper mid-request);
 - a request line and headers are at most `MAX_HEAD_BYTES`; a request with a body is
@@ -289,7 +289,7 @@ class _Connection(asyncio.Protocol):
         listener = self.listener
         listener.counts.waiting.pop(self, None)
         self._cancel_timer()
-        if listener.counts.in_flight >= listener.limits.max_requests:
+        if 0 < listener.limits.max_requests <= listener.counts.in_flight:
             listener.refusals.refused(self.client, "503: --web.max-requests reached")
             self._send(  # and close: nothing is read from a client turned away
                 plain(503, f"too many requests at once (--web.max-requests "

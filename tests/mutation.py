@@ -695,7 +695,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/max-requests-dropped", LISTENER,
-        "if listener.counts.in_flight >= listener.limits.max_requests:",
+        "if 0 < listener.limits.max_requests <= listener.counts.in_flight:",
         "if False:",
         "no bound on the requests answered at once: no 503",
     )  # fmt: skip

@@ -178,6 +178,30 @@ def test_max_requests_answered_at_once_then_503():
         wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
 
 
+def test_max_requests_0_is_no_bound_but_the_connections():
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held, Limits(max_requests=0)) as listener:
+        port = listener.server_address[1]
+        results: list[int] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(request(port, "/")[0]))
+            for _ in range(3)
+        ]
+        try:
+            for client in clients:
+                client.start()
+            wait_until(lambda: listener.counts.in_flight == 3, 10, "three requests in flight")
+        finally:
+            release.set()
+            for client in clients:
+                client.join(20)
+        assert results == [200, 200, 200]
+
+
 def test_connections_beyond_the_bound_evict_the_longest_waiting():
     with listening(hello, Limits(max_connections=8)) as listener:
         port = listener.server_address[1]
