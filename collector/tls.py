@@ -113,9 +113,10 @@ class UnverifiedServer:
 
         self._SSL = SSL
         ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
-        ctx.set_min_proto_version(_OPENSSL_VERSIONS[context.minimum_version])
-        if context.maximum_version in _OPENSSL_VERSIONS:
-            ctx.set_max_proto_version(_OPENSSL_VERSIONS[context.maximum_version])
+        versions = _openssl_versions(SSL)
+        ctx.set_min_proto_version(versions[context.minimum_version])
+        if context.maximum_version in versions:
+            ctx.set_max_proto_version(versions[context.maximum_version])
         ctx.use_certificate_chain_file(cert_file)
         ctx.use_privatekey_file(key_file)
         ctx.check_privatekey()
@@ -128,20 +129,13 @@ class UnverifiedServer:
         return OpenSSLSession(self._SSL, self.context)
 
 
-def _openssl_versions() -> dict:
-    try:
-        from OpenSSL import SSL
-    except ImportError:  # pragma: no cover - a dependency; absent only in a broken install
-        return {}
+def _openssl_versions(SSL) -> dict:
     return {
         ssl.TLSVersion.TLSv1: SSL.TLS1_VERSION,
         ssl.TLSVersion.TLSv1_1: SSL.TLS1_1_VERSION,
         ssl.TLSVersion.TLSv1_2: SSL.TLS1_2_VERSION,
         ssl.TLSVersion.TLSv1_3: SSL.TLS1_3_VERSION,
     }
-
-
-_OPENSSL_VERSIONS = _openssl_versions()
 
 
 class OpenSSLSession:

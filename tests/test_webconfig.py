@@ -187,6 +187,24 @@ def test_tls_below_1_2_is_refused_by_default(pki, mode):
         assert not admitted(port, old)
 
 
+def test_pyopenssl_is_loaded_only_for_the_modes_that_need_it(pki):
+    """cryptography and pyOpenSSL weigh megabytes of RSS: `serve` loads them only for
+    RequestClientCert and RequireAnyClientCert."""
+    code = (
+        "import sys; from collector import cli, exporter, listener, webconfig;"
+        "webconfig.load(sys.argv[1]); print('OpenSSL' in sys.modules, "
+        "'cryptography' in sys.modules)"
+    )
+    for mode, loaded in (("RequireAndVerifyClientCert", "False False"),
+                         ("RequireAnyClientCert", "True True")):  # fmt: skip
+        config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                              f"  key_file: server.key\n  client_auth_type: {mode}\n"
+                              "  client_ca_file: ca.crt\n")  # fmt: skip
+        result = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True,
+                                text=True, timeout=60, check=True)  # fmt: skip
+        assert result.stdout.strip() == loaded, mode
+
+
 def test_the_minimum_version_is_tls_1_2_unless_set(pki, tmp_path):
     base = "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
     default = webconfig.load(str(write_config(tmp_path, base.format(d=pki))))
