@@ -700,6 +700,12 @@ def _mutants() -> Iterator[Mutant]:
         "no bound on the requests answered at once: no 503",
     )  # fmt: skip
     yield m(
+        "listener/write-deadline-dropped", LISTENER,
+        'listener.limits.write_timeout, self._expired, "response not taken in time"',
+        '3600, self._expired, "response not taken in time"',
+        "a client that asks and never reads holds its place among --web.max-requests for ever",
+    )  # fmt: skip
+    yield m(
         "listener/eviction-dropped", LISTENER,
         "if counts.connections > listener.limits.max_connections and counts.waiting:",
         "if False:",
