@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -277,6 +279,16 @@ def once(options: Options, interval: float, output_format: str) -> None:
         click.echo(output.as_table(result, cgroup_fields=options.cgroup))
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one, as Go's runtime does for every
+    exporter: the listener's connections are bounded by its own rules, not by a soft
+    limit of 1024 that a few idle clients would exhaust."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 @cli.command()
 @_passes_group(15.0, "Seconds between passes.")
 @cloup.option_group(
@@ -301,6 +313,15 @@ def once(options: Options, interval: float, output_format: str) -> None:
         default=None,
         help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
     ),
+    _option(
+        "--web.max-requests",
+        "max_requests",
+        type=click.IntRange(min=0),
+        default=40,
+        show_default=True,
+        help="Requests answered at once; one more is answered 503 at once. 0: no bound "
+        "but the connections' (4096).",
+    ),
 )
 @shared_options
 def serve(
@@ -309,6 +330,7 @@ def serve(
     listen_address: str,
     telemetry_path: str,
     web_config_file: str | None,
+    max_requests: int,
 ) -> None:
     """Serve the per-pod counters to Prometheus, on /metrics and /healthz.
 
@@ -316,6 +338,7 @@ def serve(
     """
     from collector import webconfig
     from collector.exporter import ListenAddressError, PassLoop, make_server
+    from collector.listener import Limits
 
     try:
         web = webconfig.load(web_config_file) if web_config_file else None
@@ -329,14 +352,17 @@ def serve(
         )
     engine = build_engine(options, freeze_gc=True)
     loop = PassLoop(engine, interval, shapes=options.shapes, cpus=node_cpus(options))
+    raise_open_files_limit()
     try:
-        server = make_server(listen_address, loop, telemetry_path, web)
+        server = make_server(
+            listen_address, loop, telemetry_path, web, Limits(max_requests=max_requests)
+        )
     except ListenAddressError as error:
         raise click.ClickException(f"--web.listen-address {error}") from None
     host, port = server.server_address[:2]
     log.info(
         "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s container_logs=%s "
+        "max_requests=%d telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s container_logs=%s "
         "per_container=%s pods_only=%s cgroup=%s pressure=%s interval_gauges=%s totals=%s",
         __version__,
         interval,
@@ -345,6 +371,7 @@ def serve(
         port,
         bool(web and web.tls),
         bool(web and web.users),
+        max_requests,
         telemetry_path,
         options.procfs,
         options.cgroupfs,
@@ -374,12 +401,10 @@ def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     loop.start()
-    # An idle collector wakes for its passes and its scrapes, and rarely else: the HTTP
-    # loop polls for its shutdown every 2 s (0.06 ms of CPU a second; twice a second cost
-    # 0.25: docs/performance.md), the main thread sleeps until a signal.
-    serving = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 2.0}, name="http", daemon=True
-    )
+    # An idle collector wakes for its passes and its scrapes, and else only for a kept-alive
+    # connection's deadline: the HTTP event loop sleeps until a socket or a deadline needs
+    # it, the main thread until a signal.
+    serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     serving.start()
     stop.wait()
     log.info("stopping")

@@ -12,13 +12,11 @@ import errno
 import html
 import logging
 import socket
-import ssl
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -38,6 +36,7 @@ from collector.exposition import (
     gzip_member,
 )
 from collector.groups import Group
+from collector.listener import Deferred, Limits, Listener, Request, Response, plain
 from collector.model import CgroupFields, Fields
 from collector.webconfig import WebConfig
 
@@ -254,112 +253,71 @@ LANDING = """<!DOCTYPE html>
 """
 
 
-class MetricsHandler(BaseHTTPRequestHandler):
-    """Serves the current snapshot; configured through the server it belongs to."""
-
-    server: MetricsServer
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # an idle or stalled client holds only its own thread, and not forever
-
-    def do_GET(self) -> None:
-        self._handle(send_body=True)
-
-    def do_HEAD(self) -> None:
-        self._handle(send_body=False)
-
-    def _handle(self, send_body: bool) -> None:
-        if not self.server.web.authorized(self.headers.get("Authorization")):
-            self._reply(401, "text/plain; charset=utf-8", b"unauthorized\n", send_body,
-                        extra={"WWW-Authenticate": 'Basic realm="procdelta"'})  # fmt: skip
-            return
-        path = self.path.split("?", 1)[0]
-        if path == self.server.telemetry_path:
-            content_type, body, encoding = self._metrics()
-            self._reply(200, content_type, body, send_body, encoding)
-        elif path == "/healthz":
-            ok, reason = self.server.loop.healthy()
-            self._reply(
-                200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode(), send_body
-            )
-        elif path == "/":
-            page = LANDING.format(version=__version__, path=html.escape(self.server.telemetry_path))
-            self._reply(200, "text/html; charset=utf-8", page.encode(), send_body)
-        else:
-            self._reply(404, "text/plain; charset=utf-8", b"not found\n", send_body)
-
-    def _metrics(self) -> tuple[str, bytes, str | None]:
-        snapshot = self.server.loop.snapshot()
-        openmetrics = wants_openmetrics(self.headers.get("Accept"))
-        gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
-        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
-        # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
-        page = snapshot.page.body(openmetrics, gzip_ok)
-        body = page + self.server.live.page(openmetrics, gzip_ok)
-        return content_type, body, "gzip" if gzip_ok else None
-
-    def _reply(
-        self,
-        status: int,
-        content_type: str,
-        body: bytes,
-        send_body: bool,
-        encoding: str | None = None,
-        extra: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        if encoding:
-            self.send_header("Content-Encoding", encoding)
-        self.end_headers()
-        if send_body:
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+UNAUTHORIZED = Response(
+    401, b"unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="procdelta"'),)
+)
 
 
-class MetricsServer(ThreadingHTTPServer):
-    """A thread per connection, so that a stalled client never blocks the others."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 1024  # the listen backlog: a burst of scrapers is not dropped
+class MetricsServer(Listener):
+    """Serves the current snapshot on `collector.listener`'s bounded HTTP/1.1 listener:
+    `telemetry_path`, `/healthz` and the landing page, every one under basic auth."""
 
     def __init__(
         self,
         address: tuple,
         family: int,
-        loop: PassLoop,
+        passes: PassLoop,
         telemetry_path: str,
         web: WebConfig | None = None,
+        limits: Limits | None = None,
     ):
-        self.address_family = family
-        self.loop = loop
+        self.passes = passes
         self.telemetry_path = telemetry_path
         self.web = web or WebConfig()
         self.live = LiveMetrics()
-        super().__init__(address, MetricsHandler)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(address)
+            sock.listen(1024)  # the backlog: a burst of scrapers is not dropped
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        super().__init__(sock, self.handle, self.web.tls, limits)
 
-    def process_request_thread(self, request, client_address) -> None:
-        """With TLS, the handshake happens here, in the connection's own thread, so that a
-        client that never completes it holds only that thread. Plain HTTP fails it."""
-        if self.web.tls is not None:
-            try:
-                request.settimeout(MetricsHandler.timeout)
-                request = self.web.tls.wrap_socket(request, server_side=True)
-            except (OSError, ssl.SSLError) as error:
-                log.debug("TLS handshake with %s failed: %s", client_address[0], error)
-                self.shutdown_request(request)
-                return
-        super().process_request_thread(request, client_address)
+    def handle(self, request: Request) -> Response | Deferred:
+        header = request.headers.get("authorization")
+        known = self.web.remembered(header)
+        if known is None:  # a bcrypt check: in the worker thread, not on the event loop
+            return Deferred(
+                lambda: self._route(request) if self.web.authorized(header) else UNAUTHORIZED
+            )
+        return self._route(request) if known else UNAUTHORIZED
 
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+    def _route(self, request: Request) -> Response:
+        path = request.path
+        if path == self.telemetry_path:
+            return self._metrics(request)
+        if path == "/healthz":
+            ok, reason = self.passes.healthy()
+            return plain(200 if ok else 503, reason)
+        if path == "/":
+            page = LANDING.format(version=__version__, path=html.escape(self.telemetry_path))
+            return Response(200, page.encode(), "text/html; charset=utf-8")
+        return plain(404, "not found")
+
+    def _metrics(self, request: Request) -> Response:
+        snapshot = self.passes.snapshot()
+        openmetrics = wants_openmetrics(request.headers.get("accept"))
+        gzip_ok = "gzip" in request.headers.get("accept-encoding", "")
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
+        body = snapshot.page.body(openmetrics, gzip_ok) + self.live.page(openmetrics, gzip_ok)
+        headers = (("Content-Encoding", "gzip"),) if gzip_ok else ()
+        return Response(200, body, content_type, headers)
 
 
 class ListenAddressError(ValueError):
@@ -383,7 +341,11 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 
 
 def make_server(
-    address: str, loop: PassLoop, telemetry_path: str, web: WebConfig | None = None
+    address: str,
+    loop: PassLoop,
+    telemetry_path: str,
+    web: WebConfig | None = None,
+    limits: Limits | None = None,
 ) -> MetricsServer:
     """Bind the HTTP server now, so that a bad address fails before anything starts."""
     host, port = parse_listen_address(address)
@@ -400,7 +362,7 @@ def make_server(
     last_error: OSError | None = None
     for family, bind_to in candidates:
         try:
-            return MetricsServer(bind_to, family, loop, telemetry_path, web)
+            return MetricsServer(bind_to, family, loop, telemetry_path, web, limits)
         except OSError as error:
             last_error = error
             if error.errno != errno.EAFNOSUPPORT:  # no such family here: try the next one

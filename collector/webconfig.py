@@ -25,15 +25,18 @@ from dataclasses import dataclass, field
 import bcrypt
 import yaml
 
+from collector import tls as tlslib
+
 
 class WebConfigError(ValueError):
     """A web configuration file that cannot be used, with the reason in one line."""
 
 
-_CLIENT_AUTH = {
+_CLIENT_AUTH: dict[str, ssl.VerifyMode | None] = {
+    # exporter-toolkit's names, with Go's crypto/tls meaning; None: asked for, not verified
     "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "RequestClientCert": None,
+    "RequireAnyClientCert": None,
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
@@ -56,38 +59,89 @@ _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 # refused as unsupported rather than silently ignored.
 
 
+BCRYPT_MAX_BYTES = 72
+"""bcrypt reads no further into a password; htpasswd and bcrypt < 5 cut longer ones here
+when they hash them, so the check cuts them too (bcrypt 5 raises instead)."""
+
+
 @dataclass
 class WebConfig:
-    tls: ssl.SSLContext | None = None
+    tls: tlslib.Server | None = None
     users: dict[str, bytes] = field(default_factory=dict)
+    _dummy: bytes = b""  # compared against for an unknown user: the same cost as a known one
     _verified: set[bytes] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _bcrypt: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.users and not self._dummy:
+            self._dummy = _dummy_hash(self.users)
+
+    def remembered(self, header: str | None) -> bool | None:
+        """`authorized(header)` when it needs no bcrypt check (no users, a malformed
+        header, credentials verified before), else None: cheap enough for the event loop."""
+        if not self.users:
+            return True
+        credentials = _credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        hashed = self.users.get(user)
+        if hashed is not None:
+            with self._lock:
+                if self._key(hashed, user, password) in self._verified:
+                    return True
+        return None
 
     def authorized(self, header: str | None) -> bool:
         """Whether an `Authorization` header passes basic auth (always, without users).
 
-        A bcrypt check costs tens of milliseconds, so a verified (user, password) pair is
-        remembered by a keyed digest, as the exporter toolkit does."""
-        if not self.users:
-            return True
-        if not header or not header.startswith("Basic "):
+        An unknown user's password is checked against a dummy hash of the users' cost, so
+        that the answer takes as long as for a known user (exporter-toolkit does the same):
+        the time does not tell which users exist. bcrypt checks run one at a time. A
+        verified (user, password) pair is remembered by a keyed digest, as the toolkit
+        does, so that a scrape with right credentials costs microseconds after its first."""
+        quick = self.remembered(header)
+        if quick is not None:
+            return quick
+        credentials = _credentials(header)
+        assert credentials is not None
+        user, password = credentials
+        hashed = self.users.get(user)
+        with self._bcrypt:
+            try:
+                ok = bcrypt.checkpw(password[:BCRYPT_MAX_BYTES], hashed or self._dummy)
+            except ValueError:  # a password bcrypt refuses (a NUL byte in older versions)
+                ok = False
+        if not ok or hashed is None:
             return False
-        try:
-            user, sep, password = base64.b64decode(header[6:], validate=True).partition(b":")
-        except ValueError:
-            return False
-        hashed = self.users.get(user.decode("utf-8", "replace"))
-        if not sep or hashed is None:
-            return False
-        key = hmac.new(hashed, user + b":" + password, hashlib.sha256).digest()
         with self._lock:
-            if key in self._verified:
-                return True
-        if not bcrypt.checkpw(password, hashed):
-            return False
-        with self._lock:
-            self._verified.add(key)
+            self._verified.add(self._key(hashed, user, password))
         return True
+
+    @staticmethod
+    def _key(hashed: bytes, user: str, password: bytes) -> bytes:
+        return hmac.new(hashed, user.encode() + b":" + password, hashlib.sha256).digest()
+
+
+def _credentials(header: str | None) -> tuple[str, bytes] | None:
+    """The (user, password) of a Basic `Authorization` header, None if it is not one."""
+    if not header or header[:6].lower() != "basic ":
+        return None
+    try:
+        user, sep, password = base64.b64decode(header[6:].strip(), validate=True).partition(b":")
+        name = user.decode("utf-8")
+    except ValueError:  # not base64, or a user name that is not UTF-8
+        return None
+    if not sep:
+        return None
+    return name, password
+
+
+def _dummy_hash(users: dict[str, bytes]) -> bytes:
+    """A hash of a random password at the highest cost among the users' hashes."""
+    cost = max(int(hashed.split(b"$")[2]) for hashed in users.values())
+    return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=cost))
 
 
 def load(path: str) -> WebConfig:
@@ -109,7 +163,7 @@ def load(path: str) -> WebConfig:
     config = WebConfig()
     tls = document.get("tls_server_config")
     if tls is not None:
-        config.tls = _tls_context(path, base, tls)
+        config.tls = _tls_server(path, base, tls)
     users = document.get("basic_auth_users") or {}
     if not isinstance(users, dict):
         raise WebConfigError(f"{path}: basic_auth_users: want user: bcrypt-hash pairs")
@@ -120,10 +174,12 @@ def load(path: str) -> WebConfig:
         except ValueError:
             raise WebConfigError(f"{path}: basic_auth_users: {user}: not a bcrypt hash") from None
         config.users[str(user)] = encoded
+    if config.users:
+        config._dummy = _dummy_hash(config.users)
     return config
 
 
-def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
+def _tls_server(path: str, base: str, tls: object) -> tlslib.Server:
     if not isinstance(tls, dict):
         raise WebConfigError(f"{path}: tls_server_config: want a mapping")
     unknown = set(tls) - _TLS_KEYS
@@ -155,7 +211,8 @@ def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
     auth = str(tls.get("client_auth_type", "NoClientCert"))
     if auth not in _CLIENT_AUTH:
         _bad(path, "client_auth_type", auth)
-    context.verify_mode = _CLIENT_AUTH[auth]
+    verify = _CLIENT_AUTH[auth]
+    context.verify_mode = ssl.CERT_NONE if verify is None else verify
     if "client_ca_file" in tls:
         try:
             context.load_verify_locations(resolve("client_ca_file"))
@@ -166,7 +223,14 @@ def _tls_context(path: str, base: str, tls: object) -> ssl.SSLContext:
             ) from None
     elif auth in ("RequireAndVerifyClientCert", "VerifyClientCertIfGiven"):
         raise WebConfigError(f"{path}: tls_server_config: {auth} needs a client_ca_file")
-    return context
+    if verify is None:  # asks for a certificate and takes any: what `ssl` cannot do
+        return tlslib.UnverifiedServer(
+            context,
+            resolve("cert_file"),
+            resolve("key_file"),
+            required=auth == "RequireAnyClientCert",
+        )
+    return tlslib.StdlibServer(context)
 
 
 def _bad(path: str, name: str, value: object):

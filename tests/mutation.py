@@ -62,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_FILES = (
     # the pure guards and the readers' unit tests first: most mutants die in seconds
     "tests/test_tracker.py",
+    "tests/test_groups.py",
+    "tests/test_cgroupns.py",
     "tests/test_cgroupguard.py",
     "tests/test_reading.py",
     "tests/test_aggregate.py",
@@ -77,10 +79,15 @@ TEST_FILES = (
     "tests/test_oracle.py",
     "tests/test_fuzz.py",
     "tests/test_cgroup_kernel.py",
+    # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
+    "tests/test_listener.py",
+    "tests/test_webconfig.py",
+    "tests/test_serve.py",
 )
 """The tests that cover the mutated modules, fastest first (`-x` stops at the first
-failure). Left out as too slow for a run per mutant: test_load, test_reliability,
-test_container, test_end_to_end. A file missing from the copy is skipped, and said."""
+failure), the loopback servers' last. Left out as too slow for a run per mutant:
+test_load, test_reliability, test_container, test_end_to_end. A file missing from the copy
+is skipped, and said."""
 
 READING = "collector/reading.py"
 CGROUPFS = "collector/cgroupfs.py"
@@ -88,6 +95,11 @@ ENGINE = "collector/engine.py"
 TRACKER = "collector/tracker.py"
 CGROUPGUARD = "collector/cgroupguard.py"
 AGGREGATE = "collector/aggregate.py"
+GROUPS = "collector/groups.py"
+CGROUPNS = "collector/cgroupns.py"
+LISTENER = "collector/listener.py"
+EXPORTER = "collector/exporter.py"
+WEBCONFIG = "collector/webconfig.py"
 
 
 @dataclass(frozen=True)
@@ -653,6 +665,115 @@ def _mutants() -> Iterator[Mutant]:
         "if last is None or last.inode != entry.inode:",
         "if last is None:",
         "a child cgroup made anew under the same path is subtracted from the old one",
+    )  # fmt: skip
+
+    # -- the groups' and the namespace's guards -----------------------------------------------
+    yield m(
+        "groups/nested-kubepods-guaranteed-dropped", GROUPS,
+        'if parent == "kubepods" or parent.endswith("kubepods"):',
+        'if parent == "kubepods":',
+        "a guaranteed pod under a nested kubelet's prefixed kubepods gets qos=\"\"",
+    )  # fmt: skip
+    yield m(
+        "cgroupns/complete-without-roots", CGROUPNS,
+        "return self.roots is None or (bool(self.roots) and not self.missing)",
+        "return self.roots is None or not self.missing",
+        "a private namespace with no hierarchy mounted reports cgroup_namespace_root available",
+    )  # fmt: skip
+    # -- collector/listener.py: what a client can hold --------------------------------------
+    yield m(
+        "listener/head-deadline-dropped", LISTENER,
+        '        self._wait(listener.limits.header_timeout, "no whole request in time")\n',
+        "",
+        "a connection that sends nothing (or an unfinished TLS handshake) is held for ever",
+    )  # fmt: skip
+    yield m(
+        "listener/head-deadline-per-byte", LISTENER,
+        'if not self.buffer and not self.busy and self.timer_reason == "idle":',
+        "if not self.busy:",
+        "the deadline restarts at every byte (a per-read timeout): a trickled head holds on",
+    )  # fmt: skip
+    yield m(
+        "listener/max-requests-dropped", LISTENER,
+        "if 0 < listener.limits.max_requests <= listener.counts.in_flight:",
+        "if False:",
+        "no bound on the requests answered at once: no 503",
+    )  # fmt: skip
+    yield m(
+        "listener/write-deadline-dropped", LISTENER,
+        'listener.limits.write_timeout, self._expired, "response not taken in time"',
+        '3600, self._expired, "response not taken in time"',
+        "a client that asks and never reads holds its place among --web.max-requests for ever",
+    )  # fmt: skip
+    yield m(
+        "listener/eviction-dropped", LISTENER,
+        "if counts.connections > listener.limits.max_connections and counts.waiting:",
+        "if False:",
+        "a flood holds as many connections as the open files limit allows",
+    )  # fmt: skip
+    # -- collector/exporter.py: the routes' guards ------------------------------------------
+    yield m(
+        "exporter/healthz-unguarded", EXPORTER,
+        "known = self.web.remembered(header)",
+        'known = True if request.path == "/healthz" else self.web.remembered(header)',
+        "/healthz answers without credentials under basic auth",
+    )  # fmt: skip
+    yield m(
+        "exporter/failed-pass-refreshes-health", EXPORTER,
+        "            self._publish(self._render(completed_at=self.snapshot().completed_at))\n"
+        "            return None",
+        "            self._publish(self._render(completed_at=self.monotonic()))\n"
+        "            return None",
+        "/healthz stays green while every pass fails: kubelet never restarts the pod",
+    )  # fmt: skip
+    # -- collector/webconfig.py: TLS and basic auth -----------------------------------------
+    yield m(
+        "webconfig/tls-minimum-tls10", WEBCONFIG,
+        'tls.get("min_version", "TLS12")',
+        'tls.get("min_version", "TLS10")',
+        "TLS 1.0 and 1.1 accepted unless min_version says otherwise",
+    )  # fmt: skip
+    yield m(
+        "webconfig/dummy-hash-dropped", WEBCONFIG,
+        "hashed or self._dummy)",
+        'hashed or b"")',
+        "an unknown user is answered at once: the time tells which users exist",
+    )  # fmt: skip
+    yield m(
+        "webconfig/unknown-user-admitted", WEBCONFIG,
+        "if not ok or hashed is None:",
+        "if not ok:",
+        "a password that matches the dummy hash lets an unknown user in",
+    )  # fmt: skip
+    yield m(
+        "webconfig/long-password-not-cut", WEBCONFIG,
+        "bcrypt.checkpw(password[:BCRYPT_MAX_BYTES],",
+        "bcrypt.checkpw(password,",
+        "a user whose password is longer than 72 bytes can never log in",
+    )  # fmt: skip
+    yield m(
+        "webconfig/bcrypt-not-serialized", WEBCONFIG,
+        "with self._bcrypt:",
+        "with threading.Lock():",
+        "wrong passwords take every core, not one",
+    )  # fmt: skip
+    yield m(
+        "webconfig/request-client-cert-verifies", WEBCONFIG,
+        '"RequestClientCert": None,',
+        '"RequestClientCert": ssl.CERT_OPTIONAL,',
+        "RequestClientCert fails the handshake of a client whose certificate no CA verifies",
+    )  # fmt: skip
+    yield m(
+        "webconfig/require-any-verifies", WEBCONFIG,
+        '"RequireAnyClientCert": None,',
+        '"RequireAnyClientCert": ssl.CERT_REQUIRED,',
+        "RequireAnyClientCert without client_ca_file refuses every client",
+    )  # fmt: skip
+    yield m(
+        "webconfig/require-any-not-required", WEBCONFIG,
+        'required=auth == "RequireAnyClientCert",',
+        "required=False,",
+        "RequireAnyClientCert lets in a client without a certificate",
     )  # fmt: skip
 
 

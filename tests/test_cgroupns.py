@@ -213,6 +213,19 @@ def test_locate_says_once_where_no_root_is_found(tmp_path, caplog):
     assert 'reason="unplaced"' in warning.getMessage()
 
 
+def test_a_private_namespace_with_no_hierarchy_mounted_is_not_complete(tmp_path, caplog):
+    """Nothing mounted at --path.cgroupfs: no root looked for, none found. The namespace is
+    not complete (`procdelta_source_available{source="cgroup_namespace_root"} 0`), though
+    no hierarchy is missing either."""
+    procfs, own = a_private_namespace(tmp_path)
+    with caplog.at_level(logging.INFO, logger="collector.cgroupns"):
+        namespace = locate(procfs, detect(str(tmp_path / "nothing-mounted")), own_cgroup=own)
+    assert namespace.private and namespace.roots == {} and namespace.missing == ()
+    assert not namespace.complete
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "none mounted" in warning.getMessage()
+
+
 def test_the_hosts_own_namespace_is_told_apart(tmp_path):
     procfs, _ = a_private_namespace(tmp_path)
     assert not shares_hosts_namespace(procfs)  # init's namespace has another inode

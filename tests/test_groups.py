@@ -187,6 +187,13 @@ POD_LAYOUTS = [
         CID,
     ),
     (
+        "cgroupfs, guaranteed under a nested kubelet's prefixed kubepods",
+        v2(f"/kubelet/kubelet-kubepods/pod{UID}/{CID}"),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
         "a process in the pod cgroup itself, no container below",
         v2(f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"),
         UID,

@@ -202,7 +202,8 @@ def test_options_reach_the_pod():
     args = container["args"]
     for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
                    "--no-collector.cgroup.pressure", "--web.listen-address=:9800",
-                   "--web.config.file=/etc/procdelta/web/web.yml"):  # fmt: skip
+                   "--web.config.file=/etc/procdelta/web/web.yml",
+                   "--web.max-requests=10"):  # fmt: skip
         assert wanted in args
     assert args[-1] == "--no-export.interval-gauges"  # extraArgs come last: they win
     assert "--no-collector.cgroup" not in args
@@ -261,6 +262,32 @@ def test_monitors_select_procdeltas_service_and_pods():
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert policy["spec"]["egress"] == []
     assert policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+
+
+def test_the_network_policy_admits_only_the_prometheus_namespace():
+    """Opt-in; with `prometheusNamespace`, only that namespace's pods reach the port (and
+    the peers of `from` beside them); by default no policy at all."""
+    assert "NetworkPolicy" not in render({})
+    policy = only(
+        render({"networkPolicy": {"enabled": True, "prometheusNamespace": "monitoring"}}),
+        "NetworkPolicy",
+    )
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert policy["spec"]["egress"] == [] and policy["spec"]["policyTypes"] == [
+        "Ingress",
+        "Egress",
+    ]
+    peer = {"ipBlock": {"cidr": "10.0.0.0/24"}}
+    both = render(
+        {"networkPolicy": {"enabled": True, "prometheusNamespace": "mon", "from": [peer]}}
+    )
+    assert only(both, "NetworkPolicy")["spec"]["ingress"][0]["from"][1] == peer
+    anywhere = render({"networkPolicy": {"enabled": True}})
+    assert "from" not in only(anywhere, "NetworkPolicy")["spec"]["ingress"][0]
 
 
 # all-on's values with the PodMonitor in place of the ServiceMonitor

@@ -61,7 +61,7 @@ class CountingEngine:
 @contextlib.contextmanager
 def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[int]:
     server = make_server("127.0.0.1:0", loop, path)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
         yield server.server_address[1]
@@ -167,6 +167,26 @@ class FailingEngine(CountingEngine):
         return super().run_pass()
 
 
+def test_failed_passes_do_not_keep_health_green():
+    """/healthz ages from the last pass that completed: passes that fail, however many,
+    leave it to turn red after three intervals, so that kubelet restarts the pod."""
+    now = [100.0]
+
+    class AlwaysFailing(CountingEngine):
+        def run_pass(self) -> PassResult:
+            if self.passes >= 1:
+                raise OSError("proc vanished")
+            return super().run_pass()
+
+    loop = PassLoop(AlwaysFailing(groups=1), interval=10, monotonic=lambda: now[0])
+    loop.run_pass()
+    for _ in range(4):
+        now[0] += 10
+        assert loop.run_pass() is None
+    ok, reason = loop.healthy()
+    assert ok is False and "40.0s ago" in reason
+
+
 def test_a_failed_pass_is_counted_and_keeps_the_last_page():
     loop = PassLoop(FailingEngine(groups=1), interval=10)
     loop.run_pass()
@@ -195,8 +215,8 @@ def test_wants_openmetrics():
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly(signum):
     """A signal ends serve with status 0 and its "stopping" line, the listener closed (no
-    bound on how long: the HTTP loop checks for its shutdown every 2 s, and a loaded
-    machine may add to it; the wait below only guards against a hang)."""
+    bound on how long: a loaded machine may delay it; the wait below only guards against
+    a hang)."""
     port = free_port()
     process = start_serve(port, interval="0.5")
     try:

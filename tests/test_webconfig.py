@@ -4,19 +4,27 @@ basic auth, against a real `procdelta serve`, with certificates made by openssl.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
 
 from collector import webconfig
+from collector.exporter import PassLoop, make_server
+from collector.listener import Limits
 from tests.net import free_port, request, start_serve, wait_until
 from tests.test_cli import assert_one_line_error
+from tests.test_serve import CountingEngine
 
 PASSWORD = "s3cret pass"
 
@@ -29,7 +37,8 @@ def openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed."""
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by
+    it, and a self-signed client certificate."""
     d = tmp_path_factory.mktemp("pki")
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
             "/CN=procdelta test CA", "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
@@ -41,6 +50,9 @@ def pki(tmp_path_factory) -> Path:
         openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                 "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext",
                 "-out", f"{name}.crt", cwd=d)  # fmt: skip
+    # a client certificate no CA of the server's signed
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=stranger", "-keyout", "stranger.key", "-out", "stranger.crt", cwd=d)  # fmt: skip
     return d
 
 
@@ -60,20 +72,23 @@ def start(config: Path):
     return start_serve(port, "--web.config.file", str(config)), port
 
 
-def client_context(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
+def client_context(pki: Path, with_cert: bool | str = False) -> ssl.SSLContext:
+    """A client trusting the test CA; `with_cert`: presenting the client certificate
+    (True, or the name of another: "stranger")."""
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     if with_cert:
-        context.load_cert_chain(str(pki / "client.crt"), str(pki / "client.key"))
+        name = "client" if with_cert is True else with_cert
+        context.load_cert_chain(str(pki / f"{name}.crt"), str(pki / f"{name}.key"))
     return context
 
 
 def get(port: int, context: ssl.SSLContext | None, user: str | None = None,
-        password: str = PASSWORD) -> int:  # fmt: skip
+        password: str = PASSWORD, path: str = "/metrics") -> int:  # fmt: skip
     headers = {}
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    return request(port, headers=headers, context=context)[0]
+    return request(port, path, headers=headers, context=context)[0]
 
 
 def test_tls_and_basic_auth(pki):
@@ -111,14 +126,195 @@ def test_client_certificates_required(pki):
         process.communicate(timeout=10)
 
 
+@contextlib.contextmanager
+def serving_config(config: Path, limits: Limits | None = None) -> Iterator[int]:
+    """An in-process server with the web configuration `config`, on 127.0.0.1."""
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    server = make_server("127.0.0.1:0", loop, "/metrics", webconfig.load(str(config)), limits)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def admitted(port: int, context: ssl.SSLContext) -> bool:
+    try:
+        return request(port, context=context)[0] == 200
+    except (ssl.SSLError, ConnectionError, OSError, http.client.HTTPException):
+        return False
+
+
+# exporter-toolkit passes client_auth_type to Go's crypto/tls unchanged: Request* ask for
+# a certificate and never verify it, *Verify* verify what they get against client_ca_file.
+CLIENT_AUTH_MODES = [
+    # mode, with the CA file, admitted: (no certificate, the CA's, a self-signed one)
+    ("NoClientCert", False, (True, True, True)),
+    ("RequestClientCert", False, (True, True, True)),
+    ("RequireAnyClientCert", False, (False, True, True)),
+    ("VerifyClientCertIfGiven", True, (True, True, False)),
+    ("RequireAndVerifyClientCert", True, (False, True, False)),
+]
+
+
+@pytest.mark.parametrize(("mode", "with_ca", "expected"), CLIENT_AUTH_MODES,
+                         ids=[m[0] for m in CLIENT_AUTH_MODES])  # fmt: skip
+def test_client_certificate_modes_mean_what_exporter_toolkits_mean(pki, mode, with_ca, expected):
+    ca = "  client_ca_file: ca.crt\n" if with_ca else ""
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          f"  key_file: server.key\n  client_auth_type: {mode}\n{ca}")  # fmt: skip
+    with serving_config(config) as port:
+        clients = (client_context(pki), client_context(pki, True), client_context(pki, "stranger"))
+        assert tuple(admitted(port, client) for client in clients) == expected
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize("mode", ["NoClientCert", "RequireAnyClientCert"])
+def test_tls_below_1_2_is_refused_by_default(pki, mode):
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          f"  key_file: server.key\n  client_auth_type: {mode}\n")  # fmt: skip
+    old = client_context(pki, True)
+    old.minimum_version = ssl.TLSVersion.TLSv1
+    old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with contextlib.suppress(ssl.SSLError):
+        old.set_ciphers("DEFAULT:@SECLEVEL=0")  # this client would speak TLS 1.0 and 1.1
+    with serving_config(config) as port:
+        assert admitted(port, client_context(pki, True))
+        assert not admitted(port, old)
+
+
+def test_pyopenssl_is_loaded_only_for_the_modes_that_need_it(pki):
+    """cryptography and pyOpenSSL weigh megabytes of RSS: `serve` loads them only for
+    RequestClientCert and RequireAnyClientCert."""
+    code = (
+        "import sys; from collector import cli, exporter, listener, webconfig;"
+        "webconfig.load(sys.argv[1]); print('OpenSSL' in sys.modules, "
+        "'cryptography' in sys.modules)"
+    )
+    for mode, loaded in (("RequireAndVerifyClientCert", "False False"),
+                         ("RequireAnyClientCert", "True True")):  # fmt: skip
+        config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                              f"  key_file: server.key\n  client_auth_type: {mode}\n"
+                              "  client_ca_file: ca.crt\n")  # fmt: skip
+        result = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True,
+                                text=True, timeout=60, check=True)  # fmt: skip
+        assert result.stdout.strip() == loaded, mode
+
+
+def test_the_minimum_version_is_tls_1_2_unless_set(pki, tmp_path):
+    base = "tls_server_config:\n  cert_file: {d}/server.crt\n  key_file: {d}/server.key\n"
+    default = webconfig.load(str(write_config(tmp_path, base.format(d=pki))))
+    assert default.tls.context.minimum_version == ssl.TLSVersion.TLSv1_2
+    text = base.format(d=pki) + "  min_version: TLS13\n"
+    assert webconfig.load(str(write_config(tmp_path, text))).tls.context.minimum_version == (
+        ssl.TLSVersion.TLSv1_3
+    )
+
+
+@pytest.mark.parametrize("first_bytes", [b"", b"\x16\x03\x01\x02\x00\x01"])
+def test_a_tls_handshake_has_the_request_heads_deadline(pki, first_bytes):
+    """A client that opens a connection to the TLS port and sends nothing, or a handshake's
+    first bytes only, is cut off at the deadline (1 s here, 10 s by default)."""
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          "  key_file: server.key\n")  # fmt: skip
+    with serving_config(config, Limits(header_timeout=1.0)) as port:
+        with socket.create_connection(("127.0.0.1", port)) as stalled:
+            stalled.sendall(first_bytes)
+            stalled.settimeout(8)
+            with contextlib.suppress(ConnectionResetError):
+                assert stalled.recv(1) == b""
+        assert admitted(port, client_context(pki))
+
+
 def test_basic_auth_without_tls(tmp_path):
-    process, port = start(write_config(tmp_path, users_block()))
+    """Every path is guarded, /healthz too (the chart's probes check the port only); a
+    password of any length, a malformed header, a user name that is not UTF-8: each is a
+    401 and no traceback, and the refusals are logged a line at a time, rate-limited."""
+    long_password = "x" * 80  # a user may have one: bcrypt reads its first 72 bytes
+    hashed = bcrypt.hashpw(long_password.encode()[:72], bcrypt.gensalt(rounds=4)).decode()
+    config = write_config(tmp_path, users_block() + f"  bob: '{hashed}'\n")
+    process, port = start(config)
     try:
         wait_until(lambda: get(port, None, "alice") == 200, 30, "basic auth")
         assert get(port, None) == 401
+        assert get(port, None, path="/healthz") == 401
+        assert get(port, None, "alice", path="/healthz") == 200
+        assert get(port, None, path="/") == 401
+        assert get(port, None, "bob", long_password) == 200
+        assert get(port, None, "alice", "y" * 100) == 401
+        assert get(port, None, "alice", "z" * 10_000) == 401
+        assert get(port, None, "mallory", "y" * 100) == 401
+        for header in ("Basic " + base64.b64encode(b"\xff\xfe:pw").decode(),
+                       "Basic " + base64.b64encode(b"no-colon").decode(),
+                       "Basic !!!", "Basic", "Bearer abc", "basic " + "A" * 30_000):  # fmt: skip
+            assert request(port, headers={"Authorization": header})[0] == 401, header
     finally:
         process.terminate()
-        process.communicate(timeout=10)
+        _, stderr = process.communicate(timeout=10)
+    assert "Traceback" not in stderr
+    refused = [line for line in stderr.splitlines() if "refused 127.0.0.1" in line]
+    assert 1 <= len(refused) <= 2, refused  # 13 refusals, one line every 10 s
+
+
+def test_an_unknown_user_costs_a_bcrypt_check_of_the_same_cost(monkeypatch):
+    """No timing oracle: an unknown user's password is checked against a dummy hash of the
+    users' cost (exporter-toolkit's defence), and refused even if it matched."""
+    known = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=5))
+    config = webconfig.WebConfig(users={"bob": known})
+    checked: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording)
+    assert not config.authorized("Basic " + base64.b64encode(b"mallory:pw").decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:wrong").decode())
+    dummy, real_hash = checked
+    assert real_hash == known and dummy != known
+    assert dummy.split(b"$")[2] == b"05"  # the users' cost
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", lambda password, hashed: True)
+    assert not config.authorized("Basic " + base64.b64encode(b"mallory:pw").decode())
+
+
+def test_bcrypt_checks_run_one_at_a_time(monkeypatch):
+    """Wrong passwords cost one CPU at most: bcrypt checks are serialized."""
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    running = []
+    overlapped = threading.Event()
+    lock = threading.Lock()
+
+    def slow(password: bytes, hashed: bytes) -> bool:
+        with lock:
+            running.append(1)
+            if len(running) > 1:
+                overlapped.set()
+        time.sleep(0.05)
+        with lock:
+            running.pop()
+        return False
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", slow)
+    header = "Basic " + base64.b64encode(b"bob:wrong").decode()
+    threads = [threading.Thread(target=config.authorized, args=(header,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not overlapped.is_set()
+
+
+def test_any_password_length_is_a_refusal_or_a_login():
+    hashed = bcrypt.hashpw(b"p" * 72, bcrypt.gensalt(rounds=4))
+    config = webconfig.WebConfig(users={"bob": hashed})
+    assert config.authorized("Basic " + base64.b64encode(b"bob:" + b"p" * 90).decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:" + b"q" * 90).decode())
+    assert not config.authorized("Basic " + base64.b64encode(b"bob:a\x00b").decode())
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,319 @@
+"""The listener holds whatever clients do: a deadline for a request's head, a bound on the
+requests answered at once and on the connections held, a flood that leaves nothing
+behind, and nothing a client sends answered with a traceback. Loopback only; every socket
+and server a test makes is closed when it ends, failed or not."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from collector.listener import Deferred, Limits, Listener, RefusalLog, Request, Response
+from tests.net import free_port, request, start_serve, wait_until
+
+
+@contextlib.contextmanager
+def listening(handler, limits: Limits | None = None) -> Iterator[Listener]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    listener = Listener(sock, handler, limits=limits)
+    thread = threading.Thread(target=listener.serve_forever)
+    thread.start()
+    try:
+        yield listener
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        thread.join(10)
+
+
+def hello(request: Request) -> Response:
+    return Response(200, f"{request.method} {request.path}\n".encode())
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send `data`, read until the server closes (or `timeout` passes: then "<open>")."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            return received + b"<open>"
+        except ConnectionResetError:
+            pass
+        return received
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_pipelined_requests_head_and_connection_close():
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        answer = exchange(
+            port,
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nHEAD /b?q=1 HTTP/1.1\r\n\r\n"
+            b"GET /c HTTP/1.1\r\nConnection: close\r\n\r\n",
+        )
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 3
+    assert b"GET /a\n" in answer and b"HEAD /b\n" not in answer and b"GET /c\n" in answer
+    assert answer.endswith(b"Connection: close\r\n\r\nGET /c\n")
+
+
+def test_a_head_sent_a_byte_at_a_time_is_read_whole():
+    """The end of a head is found across the pieces it arrives in (each scanned once)."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for byte in b"GET /bytes HTTP/1.1\r\nHost: x\r\n\r\n":
+                sock.sendall(bytes([byte]))
+                time.sleep(0.002)
+            answer = b""
+            while not answer.endswith(b"GET /bytes\n"):
+                answer += sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"GET /  HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET / HTTP/2.0\r\n\r\n", b"505"),
+        (b"GET http://x/ HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nNo colon\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nAuthorization: Basic a\r\nAuthorization: Basic b\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", b"413"),
+        (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"413"),
+        (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        (b"GET / HTTP/1.0\r\n\r\n", b"200"),
+    ],
+)
+def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
+    with listening(hello) as listener:
+        answer = exchange(listener.server_address[1], data)
+    assert answer.startswith(b"HTTP/1.1 " + status + b" "), answer[:80]
+    assert not answer.endswith(b"<open>")  # closed after the answer
+
+
+def test_a_request_head_has_one_deadline_however_slowly_it_comes():
+    """A client trickling a header byte every 0.1 s is cut off at the head's deadline (the
+    old per-read timeout never fired), and one that sends nothing at all too."""
+    with listening(hello, Limits(header_timeout=1.0)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            with socket.create_connection(("127.0.0.1", port)) as slow:
+                slow.sendall(b"GET / HTTP/1.1\r\n")
+                began = time.monotonic()
+                cut = False
+                while time.monotonic() - began < 10:
+                    try:
+                        slow.sendall(b"X")
+                    except OSError:
+                        cut = True
+                        break
+                    if closed_by_server(slow, 0.1):
+                        cut = True
+                        break
+                assert cut, "a trickling client held its connection 10 s"
+                assert time.monotonic() - began < 8
+            assert closed_by_server(silent, 5)
+        # a kept-alive connection's next request has the same deadline from its first byte
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            kept.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            kept.settimeout(5)
+            answer = b""
+            while not answer.endswith(b"GET /\n"):
+                answer += kept.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            kept.sendall(b"GET / HTTP/1.1\r\n")
+            assert closed_by_server(kept, 5)
+
+
+def test_max_requests_answered_at_once_then_503():
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held, Limits(max_requests=2)) as listener:
+        port = listener.server_address[1]
+        results: list[int] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(request(port, "/")[0])) for _ in range(2)
+        ]
+        try:
+            for client in clients:
+                client.start()
+            wait_until(lambda: listener.counts.in_flight == 2, 10, "two requests in flight")
+            status, _, body = request(port, "/")
+            assert status == 503 and b"--web.max-requests 2" in body
+        finally:
+            release.set()
+            for client in clients:
+                client.join(20)
+        assert results == [200, 200]
+        assert request(port, "/")[0] == 200
+        wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
+
+
+def test_max_requests_0_is_no_bound_but_the_connections():
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held, Limits(max_requests=0)) as listener:
+        port = listener.server_address[1]
+        results: list[int] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(request(port, "/")[0])) for _ in range(3)
+        ]
+        try:
+            for client in clients:
+                client.start()
+            wait_until(lambda: listener.counts.in_flight == 3, 10, "three requests in flight")
+        finally:
+            release.set()
+            for client in clients:
+                client.join(20)
+        assert results == [200, 200, 200]
+
+
+def test_a_response_not_taken_in_time_is_dropped_and_frees_its_place():
+    """A client that asks and never reads holds its place among --web.max-requests only
+    until the write deadline (1 s here, 30 s by default)."""
+    big = Response(200, b"x" * (32 << 20))  # more than the loopback's socket buffers hold
+    with listening(lambda request: big, Limits(write_timeout=1.0)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port)) as reader:
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            wait_until(lambda: listener.counts.in_flight == 1, 10, "the response in flight")
+            wait_until(lambda: listener.counts.in_flight == 0, 10, "its place freed")
+            wait_until(lambda: listener.counts.connections == 0, 10, "its connection dropped")
+
+
+def test_connections_beyond_the_bound_evict_the_longest_waiting():
+    with listening(hello, Limits(max_connections=8)) as listener:
+        port = listener.server_address[1]
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+        try:
+            wait_until(lambda: listener.counts.connections == 8, 10, "8 connections")
+            assert request(port, "/")[0] == 200  # a 9th: the oldest idle one goes
+            assert closed_by_server(idle[0], 5)
+            assert not closed_by_server(idle[-1], 0.2)
+        finally:
+            for sock in idle:
+                sock.close()
+        wait_until(lambda: listener.counts.connections == 0, 10, "all closed")
+        assert not listener.counts.waiting
+
+
+def test_a_handler_that_raises_is_a_500_and_the_listener_goes_on():
+    def broken(request: Request) -> Response:
+        if request.path == "/broken":
+            raise RuntimeError("bug")
+        return hello(request)
+
+    with listening(broken) as listener:
+        port = listener.server_address[1]
+        assert request(port, "/broken")[0] == 500
+        assert request(port, "/fine")[0] == 200
+
+
+def test_refusals_are_logged_at_most_once_every_ten_seconds(caplog):
+    now = [0.0]
+    refusals = RefusalLog(every=10, monotonic=lambda: now[0])
+    with caplog.at_level("INFO", logger="collector.listener"):
+        for second in range(25):
+            now[0] = float(second)
+            refusals.refused("10.0.0.1", "GET /metrics: 401")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3  # at 0, 10 and 20 s
+    assert lines[0] == "refused 10.0.0.1: GET /metrics: 401"
+    assert lines[1].endswith("(and 9 more refused since the last line)")
+
+
+def raise_own_open_files_limit(wanted: int) -> tuple[int, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= wanted, f"this test needs {wanted} open files (hard limit {hard})"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    return soft, hard
+
+
+def open_sockets(pid: int) -> int:
+    """The sockets a process holds (its other files, such as the cgroup directories a pass
+    keeps open, come and go with the machine's pods)."""
+    count = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:")
+    return count
+
+
+FLOOD = 5000
+"""Idle connections opened on `procdelta serve`: more than its bound (4096)."""
+
+
+def test_a_flood_of_idle_connections_leaves_scrapes_answered_and_nothing_behind():
+    """5,000 idle connections on a real `serve`: its threads stay at their resting number
+    (a connection holds no thread), its open sockets at the connection bound (the oldest
+    waiting ones are closed), scrapes are answered within a second meanwhile; after the
+    flood, threads and sockets are back to rest."""
+    limits = raise_own_open_files_limit(FLOOD + 256)
+    port = free_port()
+    process = start_serve(port, interval="1")
+    flood: list[socket.socket] = []
+    try:
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 30, "healthy")
+        serve = psutil.Process(process.pid)
+        resting_threads, resting_sockets = serve.num_threads(), open_sockets(serve.pid)
+        most_threads = resting_threads
+        for i in range(FLOOD):
+            flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            if i % 500 == 0:
+                most_threads = max(most_threads, serve.num_threads())
+        for _ in range(5):
+            began = time.monotonic()
+            status, _, body = request(port, "/metrics")
+            took = time.monotonic() - began
+            assert status == 200 and b"procdelta_passes_total" in body
+            assert took < 1.0, f"a scrape took {took:.2f}s under the flood"
+            most_threads = max(most_threads, serve.num_threads())
+        assert most_threads == resting_threads, (resting_threads, most_threads)
+        assert open_sockets(serve.pid) <= resting_sockets + 4096 + 8
+        for sock in flood:
+            sock.close()
+        wait_until(lambda: open_sockets(serve.pid) <= resting_sockets, 30, "sockets closed")
+        assert serve.num_threads() == resting_threads
+        assert request(port, "/metrics")[0] == 200
+    finally:
+        for sock in flood:
+            sock.close()
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    assert "Traceback" not in stderr
