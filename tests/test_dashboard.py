@@ -175,7 +175,7 @@ def fleet(cluster: str | None, nodes: dict[str, tuple[str, ...]] = NODES) -> lis
         outside = f'cgroup="/system.slice/sshd.service",{job}'
         add("procdelta_on_cpu_nanos_total", outside, "0+500000000x30")
         add("procdelta_run_delay_nanos_total", outside, "0+100000000x30")
-        add("procdelta_build_info", f'version="0.1.0",{job}', "1x30")
+        add("procdelta_build_info", f'version="test",{job}', "1x30")
         add("procdelta_node_cpus", job, "2x30")
         add("procdelta_passes_total", job, "0+60x30")
         for le, count in (("0.1", "0+50x30"), ("+Inf", "0+60x30")):
