@@ -2,10 +2,12 @@
 and a real Prometheus evaluating the shipped rules, one phase per shape of wait.
 
 1. Held by their own limits, beside a neighbour using half a CPU (so that "a neighbour
-   was busy" is not enough to blame it): a pod at its quota, a pod throttled in about a
-   third of its periods, and a kubelet-shaped pod whose main container is at its limit
-   beside two lively sidecars (a pod-level quota too, as kubelet sets it when every
-   container has a limit). Each raises the throttled alert, none the starved one.
+   was busy" is not enough to blame it): a pod at its quota with a kubelet-shaped pod
+   whose main container is at its limit beside two lively sidecars (a pod-level quota too,
+   as kubelet sets it when every container has a limit); then a pod throttled in about a
+   third of its periods (alone with the neighbour: beside the other two, their bursts at
+   each period's start hold both CPUs, and a part of its wait is theirs indeed). Each
+   raises the throttled alert, none the starved one.
 2. Alone with more busy threads than the node's CPUs: its own threads' wait, never its
    neighbours'.
 3. Crowded by a busier neighbour with a larger request (kubelet's cpu.shares from the
@@ -137,54 +139,75 @@ def alerts(prometheus: Prometheus, name: str) -> dict[str, dict]:
 WAIT = "node_namespace_pod:procdelta_cpu_wait_{}:ratio_rate5m"
 
 
-def test_held_by_their_own_limits_beside_a_neighbour_at_half_a_cpu(tmp_path):
-    pods = [
-        Pod("at-quota", 200, [Container(("--busy", "1"), 200)]),
-        # 35 ms of CPU every 300 ms under a 20 ms quota: throttled in about a third of
-        # its periods (measured: 0.32 over 6 s)
-        Pod("a-third", 200, [Container(("--duty", "35:300"), 200)]),
-        Pod(
-            "kubelet-shaped",
-            2200,
-            [
-                Container(("--busy", "1"), 200),
-                Container(("--sleepers", "1"), 1000),
-                Container(("--sleepers", "1"), 1000),
-            ],
-            pod_limit=True,
-        ),
-        Pod("neighbour", 500, [Container(("--duty", "5:10"))]),
-    ]
-    limited = {"at-quota", "a-third", "kubelet-shaped"}
-    with running(pods, tmp_path / "logs"), observed(tmp_path / "logs", tmp_path) as prometheus:
+NEIGHBOUR = Pod("neighbour", 500, [Container(("--duty", "5:10"))])
+"""Half a CPU, in 5 ms bursts: a neighbour that is busy, not one that holds the CPUs."""
 
-        def throttled_pending() -> bool:
-            return set(alerts(prometheus, "ProcdeltaPodCPUThrottled")) >= limited
 
-        wait_until(throttled_pending, 60, "the throttled alert pending for the three")
-        held = per_pod(prometheus, WAIT.format("throttled"))
-        neighbours = per_pod(prometheus, WAIT.format("neighbours"))
-        periods = per_pod(
-            prometheus, "node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m"
+def limited_beside_a_neighbour(tmp_path: Path, limited: list[Pod]) -> dict[str, dict]:
+    """Run `limited` beside NEIGHBOUR until each raises the throttled alert; then none of
+    them has the starved one. Their recorded shares, by rule."""
+    names = {pod.name for pod in limited}
+    logs = tmp_path / "logs"
+    with running([*limited, NEIGHBOUR], logs), observed(logs, tmp_path) as prometheus:
+        wait_until(
+            lambda: set(alerts(prometheus, "ProcdeltaPodCPUThrottled")) >= names,
+            60,
+            f"the throttled alert pending for {sorted(names)}",
         )
-        cores = per_pod(prometheus, "node_namespace_pod:procdelta_on_cpu_nanos:rate5m")
-        for name, values in (
-            ("held by own limits", held),
-            ("neighbours'", neighbours),
-            ("periods throttled", periods),
-            ("ns on a CPU/s", cores),
-        ):
-            print(name, {pod: round(value, 3) for pod, value in values.items()})  # fmt: skip
-        assert held["at-quota"] > 0.6 and held["kubelet-shaped"] > 0.5
-        # about a third of its periods throttled, as kube-prometheus' threshold sees it
-        assert 0.2 < periods["a-third"] < 0.5
-        # the sidecars' and the pod's own periods dilute the main container's: the
-        # periods' share is far below the share of runnable time its limit held it
-        assert periods["kubelet-shaped"] < held["kubelet-shaped"] / 2
-        assert 0.3 < cores["neighbour"] / 1e9 < 0.7  # the neighbour used about half a CPU
-        for pod in limited | {"neighbour"}:
-            assert neighbours[pod] < 0.25, pod
-        assert not set(alerts(prometheus, "ProcdeltaPodCPUStarved")) & (limited | {"neighbour"})
+        shares = {
+            "held": per_pod(prometheus, WAIT.format("throttled")),
+            "neighbours": per_pod(prometheus, WAIT.format("neighbours")),
+            "periods": per_pod(
+                prometheus, "node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m"
+            ),
+            "cores": {
+                pod: value / 1e9
+                for pod, value in per_pod(
+                    prometheus, "node_namespace_pod:procdelta_on_cpu_nanos:rate5m"
+                ).items()
+            },
+        }
+        for name, values in shares.items():
+            print(name, {pod: round(value, 3) for pod, value in values.items()})
+        assert 0.3 < shares["cores"]["neighbour"] < 0.7  # the neighbour used about half a CPU
+        for pod in names:
+            assert shares["neighbours"][pod] < 0.25, pod
+        assert not set(alerts(prometheus, "ProcdeltaPodCPUStarved")) & names
+        return shares
+
+
+def test_at_its_quota_and_kubelet_shaped_beside_a_neighbour_at_half_a_cpu(tmp_path):
+    shares = limited_beside_a_neighbour(
+        tmp_path,
+        [
+            Pod("at-quota", 200, [Container(("--busy", "1"), 200)]),
+            Pod(
+                "kubelet-shaped",
+                2200,
+                [
+                    Container(("--busy", "1"), 200),
+                    Container(("--sleepers", "1"), 1000),
+                    Container(("--sleepers", "1"), 1000),
+                ],
+                pod_limit=True,
+            ),
+        ],
+    )
+    held, periods = shares["held"], shares["periods"]
+    assert held["at-quota"] > 0.6 and periods["at-quota"] > 0.8
+    # the main container at its limit: its quota held the pod most of its runnable time,
+    # while the sidecars' and the pod's own periods dilute the throttled periods' share
+    # (4 quotas, one throttled: at most a quarter, under CPUThrottlingHigh's threshold)
+    assert held["kubelet-shaped"] > 0.5 and periods["kubelet-shaped"] <= 0.26
+
+
+def test_throttled_in_a_third_of_its_periods_beside_a_neighbour_at_half_a_cpu(tmp_path):
+    # 40 ms of CPU every 300 ms under a 20 ms quota: throttled in about a third of its
+    # periods (measured 0.28 to 0.38)
+    shares = limited_beside_a_neighbour(
+        tmp_path, [Pod("a-third", 200, [Container(("--duty", "40:300"), 200)])]
+    )
+    assert 0.2 < shares["periods"]["a-third"] < 0.5
 
 
 def test_alone_with_more_busy_threads_than_cpus(tmp_path):
