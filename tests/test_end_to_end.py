@@ -346,15 +346,19 @@ def kernel_window(pid: int, seconds: float) -> tuple[float, float]:
 
 
 def test_dashboard_starvation_and_cores_say_what_the_kernel_says(prometheus, busy_pod):
-    """The dashboard's two headline panels, evaluated by Prometheus over the last 10 s,
-    against the busy pod's threads' schedstat read by the test over the same 10 s."""
+    """The dashboard's two headline panels, which read the per-pod rules (their windows
+    RULE_WINDOW here), against the busy pod's threads' schedstat read by the test over
+    the same span, ending as the panels are queried."""
     _, _, pid = busy_pod
+    window = float(RULE_WINDOW.removesuffix("s"))
     wait_until(
-        lambda: prometheus.query("count_over_time(procdelta_passes_total[12s]) >= 10"),
+        lambda: prometheus.query(
+            f"count_over_time(procdelta_passes_total[{RULE_WINDOW}]) >= {window - 2:g}"
+        ),
         60,
-        "ten scrapes of procdelta",
+        f"a rule window of scrapes of procdelta ({RULE_WINDOW})",
     )
-    cores_seen, starvation_seen = kernel_window(pid, 10.0)
+    cores_seen, starvation_seen = kernel_window(pid, window)
 
     def busy_pod_value(title: str) -> float:
         series = [
@@ -366,7 +370,7 @@ def test_dashboard_starvation_and_cores_say_what_the_kernel_says(prometheus, bus
         return float(series[0]["value"][1])
 
     cores, starvation = busy_pod_value("Cores used"), busy_pod_value("CPU starvation")
-    print(f"busy-pod over 10 s: cores {cores:.3f} (kernel {cores_seen:.3f}), "
+    print(f"busy-pod over {RULE_WINDOW}: cores {cores:.3f} (kernel {cores_seen:.3f}), "
           f"starvation {starvation:.3f} (kernel {starvation_seen:.3f})")  # fmt: skip
     # three of about five busy threads on two CPUs: more than half a core, each thread
     # waiting more than half of its runnable time; scrapes land up to a second off the test's window
