@@ -162,6 +162,7 @@ class Engine:
             interval_ns = (
                 None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns
             )
+            node = node_interval(self._node_before, node_now, interval_ns)
             advance = self.tracker.advance(
                 readings.processes,
                 readings.listed_at_ns,
@@ -177,11 +178,7 @@ class Engine:
             )
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
-            cgroup_intervals = with_waits(
-                grouped.intervals,
-                cgroups.advance.deltas,
-                node_interval(self._node_before, node_now, interval_ns),
-            )
+            cgroup_intervals = with_waits(grouped.intervals, cgroups.advance.deltas, node)
             seen = grouped.footprints.keys() | cgroups.read
             self.totals.add_pass(grouped.intervals, seen, cgroup_intervals)
             self._node_before = node_now

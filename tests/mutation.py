@@ -79,6 +79,7 @@ TEST_FILES = (
     "tests/test_oracle.py",
     "tests/test_fuzz.py",
     "tests/test_cgroup_kernel.py",
+    "tests/test_waits.py",
     # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
     "tests/test_listener.py",
     "tests/test_webconfig.py",
@@ -100,6 +101,7 @@ CGROUPNS = "collector/cgroupns.py"
 LISTENER = "collector/listener.py"
 EXPORTER = "collector/exporter.py"
 WEBCONFIG = "collector/webconfig.py"
+WAITS = "collector/waits.py"
 
 
 @dataclass(frozen=True)
@@ -774,6 +776,50 @@ def _mutants() -> Iterator[Mutant]:
         'required=auth == "RequireAnyClientCert",',
         "required=False,",
         "RequireAnyClientCert lets in a client without a certificate",
+    )  # fmt: skip
+    # -- collector/waits.py and its reading in the engine: the run delay split by cause ---
+    yield m(
+        "waits/throttled-uncapped", WAITS,
+        "throttled = min(delay, cgroup.cpu_throttled_nanos or 0)",
+        "throttled = cgroup.cpu_throttled_nanos or 0",
+        "a pod throttled at two levels (pod and container quotas) explains more wait than it had",
+    )  # fmt: skip
+    yield m(
+        "waits/own-threads-uncapped", WAITS,
+        "own = min(left, max(0, runnable - node.cpus * node.interval_ns))",
+        "own = max(0, runnable - node.cpus * node.interval_ns)",
+        "the own-threads part counts wait the quota already explained, twice",
+    )  # fmt: skip
+    yield m(
+        "waits/neighbours-uncapped", WAITS,
+        "return throttled, own, min(left, others)",
+        "return throttled, own, left",
+        "a pod waits while the rest of the node was idle, and its neighbours are blamed",
+    )  # fmt: skip
+    yield m(
+        "waits/own-cpu-not-the-cgroups", WAITS,
+        "used = max(fields.on_cpu_nanos, cgroup.cgroup_cpu_nanos or 0)",
+        "used = fields.on_cpu_nanos",
+        "a pod's short-lived processes' CPU is counted as its neighbours' use",
+    )  # fmt: skip
+    yield m(
+        "waits/busy-with-idle", WAITS,
+        "_BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)",
+        "_BUSY_COLUMNS = (0, 1, 2, 3, 5, 6, 7)",
+        "idle time counted as the node's busy time: the neighbours' cap never binds",
+    )  # fmt: skip
+    yield m(
+        "waits/fell-busy-taken", WAITS,
+        "    if busy < 0:\n        return None\n",
+        "",
+        "a node reading that fell (a reboot's, another /proc's) caps the neighbours below 0",
+    )  # fmt: skip
+    yield m(
+        "engine/node-reading-moved-by-a-failed-pass", ENGINE,
+        "            node = node_interval(self._node_before, node_now, interval_ns)\n",
+        "            node = node_interval(self._node_before, node_now, interval_ns)\n"
+        "            self._node_before = node_now\n",
+        "a pass that fails after its node reading leaves the next one a shorter busy time",
     )  # fmt: skip
 
 

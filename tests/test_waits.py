@@ -153,10 +153,11 @@ def _splits(result) -> dict:
 
 def test_a_failed_pass_leaves_the_node_reading_the_next_one_subtracts_from():
     """The node's busy time is taken as a pass's listing is: a pass that fails after its
-    reading does not move it, so the next pass splits over the same interval as it would
-    have without the failure (the same numbers)."""
+    reading (in the reader, or in the guard after it) does not move it, so the next pass
+    splits over the same interval as it would have without the failure (the same numbers)."""
     from tests.fixturetree import FixtureRun
     from tests.test_engine import Watching
+    from tests.test_quiet_cgroups import FailOnce
 
     clean = FixtureRun()
     clean.engine.run_pass()
@@ -171,4 +172,8 @@ def test_a_failed_pass_leaves_the_node_reading_the_next_one_subtracts_from():
     with pytest.raises(OSError):
         failing.engine.run_pass()
     watching.fail = False
+    failing.engine.tracker = FailOnce(failing.engine.tracker)
+    failing.engine.tracker.armed = True
+    with pytest.raises(OSError):
+        failing.engine.run_pass()
     assert _splits(failing.engine.run_pass()) == expected
