@@ -179,6 +179,39 @@ def test_max_requests_answered_at_once_then_503():
         wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
 
 
+def test_gates_hold_no_place_and_are_bounded_apart():
+    """A gate (basic auth's bcrypt check) waiting holds no --web.max-requests place: a
+    request answered at once still is; at most max_requests gates wait, one more is 503."""
+    release = threading.Event()
+
+    def handler(request: Request) -> Response | Deferred:
+        if request.path == "/gate":
+            return Deferred(lambda: (release.wait(20), Response(401, b"no\n"))[1], gate=True)
+        return Response(200, b"ok\n")
+
+    with listening(handler, Limits(max_requests=2)) as listener:
+        port = listener.server_address[1]
+        results: list[int] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(request(port, "/gate")[0]))
+            for _ in range(2)
+        ]
+        try:
+            for client in clients:
+                client.start()
+            wait_until(lambda: listener.counts.gates == 2, 10, "two gates waiting")
+            assert listener.counts.in_flight == 0
+            assert request(port, "/")[0] == 200
+            assert request(port, "/gate")[0] == 503
+        finally:
+            release.set()
+            for client in clients:
+                client.join(20)
+        assert results == [401, 401]
+        wait_until(lambda: listener.counts.gates == 0, 10, "no gate waiting")
+        wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
+
+
 def test_max_requests_0_is_no_bound_but_the_connections():
     release = threading.Event()
 
