@@ -109,6 +109,13 @@ def test_a_head_sent_a_byte_at_a_time_is_read_whole():
         (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
         (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
         (b"GET / HTTP/1.0\r\n\r\n", b"200"),
+        # a bare LF or CR a proxy in front may read as a line's end (RFC 9112 section 2.2):
+        # a Content-Length only it sees would make the body a request of its own here
+        (b"GET / HTTP/1.1\r\nX: a\nContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET / HTTP/1.1\r\nX: a\rContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET /a\nforged-log-line HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n", b"400"),  # RFC 9110 section 5.5
+        (b"\r\n\r\nGET / HTTP/1.0\r\n\r\n", b"200"),  # empty lines before a request
     ],
 )
 def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
