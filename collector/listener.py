@@ -269,15 +269,15 @@ class _Connection(asyncio.Protocol):
     def _take_request(self) -> tuple[Request, bool] | None:
         """The next whole request of the buffer, and whether the connection closes after
         it; None when there is none yet (or it was refused, and the connection closed)."""
+        if self.buffer[:1] in (b"\r", b"\n"):  # empty lines before a request (RFC 9112 §2.2)
+            del self.buffer[: len(self.buffer) - len(self.buffer.lstrip(b"\r\n"))]
+            self.scanned = 0
         end = self.buffer.find(b"\r\n\r\n", self.scanned)
         if end < 0:
             # a head trickled in a byte at a time is scanned once, not once per byte
             self.scanned = max(0, len(self.buffer) - 3)
             if len(self.buffer) > MAX_HEAD_BYTES:
                 self._refuse(431, "request head too large")
-            elif self.buffer and self.buffer.lstrip(b"\r\n") == b"":
-                del self.buffer[:]  # stray line breaks between requests (RFC 9112 §2.2)
-                self.scanned = 0
             return None
         if end > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large")
@@ -285,7 +285,7 @@ class _Connection(asyncio.Protocol):
         head = bytes(self.buffer[:end])
         del self.buffer[: end + 4]
         self.scanned = 0
-        parsed = _parse_head(head.lstrip(b"\r\n"), self.client)
+        parsed = _parse_head(head, self.client)
         if isinstance(parsed, Response):
             self._refuse(parsed.status, parsed.body.decode().strip(), parsed)
             return None
@@ -498,6 +498,9 @@ def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
         method, target, version = line.split(" ")
     except ValueError:
         return plain(400, "malformed request line")
+    if any(c in text.replace("\r\n", "") for c in "\r\n\x00"):
+        # a bare CR or LF a proxy in front may read as a line's end (RFC 9112 §2.2), a NUL
+        return plain(400, "bare CR, LF or NUL in the request head")
     if version not in ("HTTP/1.1", "HTTP/1.0"):
         if version.startswith("HTTP/"):
             return plain(505, "HTTP/1.1 or HTTP/1.0 only")
