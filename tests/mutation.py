@@ -712,6 +712,12 @@ def _mutants() -> Iterator[Mutant]:
         "a flood holds as many connections as the open files limit allows",
     )  # fmt: skip
     yield m(
+        "listener/unterminated-head-buffered", LISTENER,
+        "            if len(self.buffer) > MAX_HEAD_BYTES:\n                self._refuse(431",
+        "            if False:\n                self._refuse(431",
+        "a head with no end is buffered on until its deadline: gigabytes in 10 s",
+    )  # fmt: skip
+    yield m(
         "listener/gates-unbounded", LISTENER,
         "if listener.counts.gates >= bound:",
         "if False:",

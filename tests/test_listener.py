@@ -108,6 +108,7 @@ def test_a_head_sent_a_byte_at_a_time_is_read_whole():
         (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"413"),
         (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
         (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000, b"431"),  # no end yet: not buffered on
         (b"GET / HTTP/1.0\r\n\r\n", b"200"),
         # a bare LF or CR a proxy in front may read as a line's end (RFC 9112 section 2.2):
         # a Content-Length only it sees would make the body a request of its own here
