@@ -718,6 +718,12 @@ def _mutants() -> Iterator[Mutant]:
         "a head with no end is buffered on until its deadline: gigabytes in 10 s",
     )  # fmt: skip
     yield m(
+        "listener/pipelined-unpaused", LISTENER,
+        "if self.busy and len(self.buffer) > MAX_HEAD_BYTES and not self.paused:",
+        "if False:",
+        "a client pipelining behind a request in flight fills the server's memory",
+    )  # fmt: skip
+    yield m(
         "listener/gates-unbounded", LISTENER,
         "if listener.counts.gates >= bound:",
         "if False:",

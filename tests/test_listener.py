@@ -16,7 +16,15 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from collector.listener import Deferred, Limits, Listener, RefusalLog, Request, Response
+from collector.listener import (
+    MAX_HEAD_BYTES,
+    Deferred,
+    Limits,
+    Listener,
+    RefusalLog,
+    Request,
+    Response,
+)
 from tests.net import free_port, request, start_serve, wait_until
 
 
@@ -218,6 +226,28 @@ def test_gates_hold_no_place_and_are_bounded_apart():
         assert results == [401, 401]
         wait_until(lambda: listener.counts.gates == 0, 10, "no gate waiting")
         wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
+
+
+def test_requests_pipelined_behind_one_in_flight_are_buffered_up_to_a_head():
+    """While a request is answered, what the client sends after it waits in the kernel,
+    not in the server's memory: reading pauses past one head's size."""
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as client:
+            try:
+                client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "the request in flight")
+                with contextlib.suppress(TimeoutError):
+                    client.sendall(b"GET / HTTP/1.1\r\n\r\n" * 500_000)  # 9 MB
+                (connection,) = listener.connections
+                assert len(connection.buffer) <= MAX_HEAD_BYTES + 256 * 1024
+            finally:
+                release.set()
 
 
 def test_max_requests_0_is_no_bound_but_the_connections():
