@@ -411,3 +411,14 @@ def test_refused_credentials_do_not_take_the_places_of_scrapes(tmp_path, monkeyp
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_remembered_credentials_are_one_per_password_bcrypt_reads():
+    """bcrypt reads 72 bytes of a password: the bytes after them must not make another
+    remembered entry each (one check apiece, then memory for ever)."""
+    password = b"p" * 72
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(password, bcrypt.gensalt(rounds=4))})
+    for suffix in (b"", b"a", b"b", b"c"):
+        header = "Basic " + base64.b64encode(b"bob:" + password + suffix).decode()
+        assert config.authorized(header)
+    assert len(config._verified) == 1
