@@ -293,7 +293,8 @@ class MetricsServer(Listener):
         known = self.web.remembered(header)
         if known is None:  # a bcrypt check: in the worker thread, not on the event loop
             return Deferred(
-                lambda: self._route(request) if self.web.authorized(header) else UNAUTHORIZED
+                lambda: self._route(request) if self.web.authorized(header) else UNAUTHORIZED,
+                gate=True,  # holds no --web.max-requests place while it waits
             )
         return self._route(request) if known else UNAUTHORIZED
 

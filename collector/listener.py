@@ -11,6 +11,8 @@ What a client can hold, whatever it does:
   `idle_timeout` for its next request; a response must be taken within `write_timeout`;
 - at most `max_requests` requests are answered at once (node_exporter's
   `--web.max-requests`; 0: no bound but the connections'); one more is answered 503 at once;
+  a basic auth check holds none of those places (as node_exporter's bound sits behind
+  exporter-toolkit's checks), and at most as many checks wait at once (`Deferred`);
 - at most `max_connections` connections are open: a new one closes the one that has
   waited longest for a request (a flood evicts itself, not a scraper mid-request);
 - a request line and headers are at most `MAX_HEAD_BYTES`; a request with a body is
@@ -50,6 +52,8 @@ IDLE_TIMEOUT = 120.0
 WRITE_TIMEOUT = 30.0
 MAX_REQUESTS = 40
 MAX_CONNECTIONS = 4096
+MAX_GATES = 64
+"""Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
 
 _REASONS = {
     200: "OK",
@@ -104,12 +108,19 @@ class Response:
 
 class Deferred:
     """A handler's answer that must not run on the event loop (a bcrypt check): `work` runs
-    in the listener's worker thread and returns the response."""
+    in the listener's worker thread and returns the response.
 
-    __slots__ = ("work",)
+    A `gate` (basic auth) holds no place among `max_requests` while it waits and runs, as
+    node_exporter's bound sits behind exporter-toolkit's checks: clients without the
+    password cannot turn scrapers away. Its answer takes a place when it is written. At
+    most `max_requests` gates wait at once (or `MAX_GATES`, without a bound); one more is
+    answered 503 at once."""
 
-    def __init__(self, work: Callable[[], Response]):
+    __slots__ = ("gate", "work")
+
+    def __init__(self, work: Callable[[], Response], gate: bool = False):
         self.work = work
+        self.gate = gate
 
 
 Handler = Callable[[Request], "Response | Deferred"]
@@ -153,6 +164,7 @@ class Limits:
 @dataclass
 class _Counts:
     in_flight: int = 0
+    gates: int = 0  # gates (`Deferred`) waiting or running
     connections: int = 0
     waiting: collections.OrderedDict = field(default_factory=collections.OrderedDict)
 
@@ -257,15 +269,15 @@ class _Connection(asyncio.Protocol):
     def _take_request(self) -> tuple[Request, bool] | None:
         """The next whole request of the buffer, and whether the connection closes after
         it; None when there is none yet (or it was refused, and the connection closed)."""
+        if self.buffer[:1] in (b"\r", b"\n"):  # empty lines before a request (RFC 9112 §2.2)
+            del self.buffer[: len(self.buffer) - len(self.buffer.lstrip(b"\r\n"))]
+            self.scanned = 0
         end = self.buffer.find(b"\r\n\r\n", self.scanned)
         if end < 0:
             # a head trickled in a byte at a time is scanned once, not once per byte
             self.scanned = max(0, len(self.buffer) - 3)
             if len(self.buffer) > MAX_HEAD_BYTES:
                 self._refuse(431, "request head too large")
-            elif self.buffer and self.buffer.lstrip(b"\r\n") == b"":
-                del self.buffer[:]  # stray line breaks between requests (RFC 9112 §2.2)
-                self.scanned = 0
             return None
         if end > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large")
@@ -273,7 +285,7 @@ class _Connection(asyncio.Protocol):
         head = bytes(self.buffer[:end])
         del self.buffer[: end + 4]
         self.scanned = 0
-        parsed = _parse_head(head.lstrip(b"\r\n"), self.client)
+        parsed = _parse_head(head, self.client)
         if isinstance(parsed, Response):
             self._refuse(parsed.status, parsed.body.decode().strip(), parsed)
             return None
@@ -289,24 +301,54 @@ class _Connection(asyncio.Protocol):
         listener = self.listener
         listener.counts.waiting.pop(self, None)
         self._cancel_timer()
-        if 0 < listener.limits.max_requests <= listener.counts.in_flight:
-            listener.refusals.refused(self.client, "503: --web.max-requests reached")
-            self._send(  # and close: nothing is read from a client turned away
-                plain(503, f"too many requests at once (--web.max-requests "
-                           f"{listener.limits.max_requests}); try again later"),
-                send_body=request.method == "GET", close=True,
-            )  # fmt: skip
-            return
         self.busy = True
-        listener.counts.in_flight += 1
         try:
             answer = listener.handler(request)
         except Exception as error:
             answer = _failed(request, error)
+        if isinstance(answer, Deferred) and answer.gate:
+            bound = listener.limits.max_requests or MAX_GATES
+            if listener.counts.gates >= bound:
+                self._turn_away(request, "503: too many checks waiting")
+                return
+            listener.counts.gates += 1
+            self.loop.create_task(self._gated(request, close, answer))
+            return
+        self._admit(request, close, answer, proceed=False)
+
+    def _admit(self, request: Request, close: bool, answer: Response | Deferred, proceed: bool):
+        """Answer within --web.max-requests, or 503."""
+        listener = self.listener
+        if 0 < listener.limits.max_requests <= listener.counts.in_flight:
+            self._turn_away(request, "503: --web.max-requests reached")
+            return
+        listener.counts.in_flight += 1
         if isinstance(answer, Deferred):
             self.loop.create_task(self._deferred(request, close, answer))
         elif self._respond(request, close, answer):
-            self._finish(close, proceed=False)
+            self._finish(close, proceed=proceed)
+
+    def _turn_away(self, request: Request, reason: str) -> None:
+        listener = self.listener
+        self.busy = False
+        listener.refusals.refused(self.client, reason)
+        self._send(  # and close: nothing is read from a client turned away
+            plain(503, f"too many requests at once (--web.max-requests "
+                       f"{listener.limits.max_requests}); try again later"),
+            send_body=request.method == "GET", close=True,
+        )  # fmt: skip
+
+    async def _gated(self, request: Request, close: bool, gate: Deferred) -> None:
+        try:
+            answer = await self.loop.run_in_executor(self.listener.slow, gate.work)
+        except Exception as error:
+            answer = _failed(request, error)
+        finally:
+            self.listener.counts.gates -= 1
+        if self.closing:
+            self.busy = False
+            return
+        self._admit(request, close, answer, proceed=True)
 
     async def _deferred(self, request: Request, close: bool, deferred: Deferred) -> None:
         try:
@@ -456,6 +498,9 @@ def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
         method, target, version = line.split(" ")
     except ValueError:
         return plain(400, "malformed request line")
+    if any(c in text.replace("\r\n", "") for c in "\r\n\x00"):
+        # a bare CR or LF a proxy in front may read as a line's end (RFC 9112 §2.2), a NUL
+        return plain(400, "bare CR, LF or NUL in the request head")
     if version not in ("HTTP/1.1", "HTTP/1.0"):
         if version.startswith("HTTP/"):
             return plain(505, "HTTP/1.1 or HTTP/1.0 only")

@@ -121,6 +121,8 @@ class WebConfig:
 
     @staticmethod
     def _key(hashed: bytes, user: str, password: bytes) -> bytes:
+        # what bcrypt reads: a longer password's tail makes no entry of its own
+        password = password[:BCRYPT_MAX_BYTES]
         return hmac.new(hashed, user.encode() + b":" + password, hashlib.sha256).digest()
 
 

@@ -713,12 +713,36 @@ def _mutants() -> Iterator[Mutant]:
         "if False:",
         "a flood holds as many connections as the open files limit allows",
     )  # fmt: skip
+    yield m(
+        "listener/unterminated-head-buffered", LISTENER,
+        "            if len(self.buffer) > MAX_HEAD_BYTES:\n                self._refuse(431",
+        "            if False:\n                self._refuse(431",
+        "a head with no end is buffered on until its deadline: gigabytes in 10 s",
+    )  # fmt: skip
+    yield m(
+        "listener/pipelined-unpaused", LISTENER,
+        "if self.busy and len(self.buffer) > MAX_HEAD_BYTES and not self.paused:",
+        "if False:",
+        "a client pipelining behind a request in flight fills the server's memory",
+    )  # fmt: skip
+    yield m(
+        "listener/gates-unbounded", LISTENER,
+        "if listener.counts.gates >= bound:",
+        "if False:",
+        "clients without the password queue bcrypt checks without bound",
+    )  # fmt: skip
     # -- collector/exporter.py: the routes' guards ------------------------------------------
     yield m(
         "exporter/healthz-unguarded", EXPORTER,
         "known = self.web.remembered(header)",
         'known = True if request.path == "/healthz" else self.web.remembered(header)',
         "/healthz answers without credentials under basic auth",
+    )  # fmt: skip
+    yield m(
+        "exporter/auth-check-holds-a-place", EXPORTER,
+        "gate=True,  # holds no --web.max-requests place while it waits",
+        "gate=False,",
+        "clients without the password take every --web.max-requests place: scrapes get 503",
     )  # fmt: skip
     yield m(
         "exporter/failed-pass-refreshes-health", EXPORTER,

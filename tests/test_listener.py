@@ -16,7 +16,15 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from collector.listener import Deferred, Limits, Listener, RefusalLog, Request, Response
+from collector.listener import (
+    MAX_HEAD_BYTES,
+    Deferred,
+    Limits,
+    Listener,
+    RefusalLog,
+    Request,
+    Response,
+)
 from tests.net import free_port, request, start_serve, wait_until
 
 
@@ -108,7 +116,15 @@ def test_a_head_sent_a_byte_at_a_time_is_read_whole():
         (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"413"),
         (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
         (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000, b"431"),  # no end yet: not buffered on
         (b"GET / HTTP/1.0\r\n\r\n", b"200"),
+        # a bare LF or CR a proxy in front may read as a line's end (RFC 9112 section 2.2):
+        # a Content-Length only it sees would make the body a request of its own here
+        (b"GET / HTTP/1.1\r\nX: a\nContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET / HTTP/1.1\r\nX: a\rContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET /a\nforged-log-line HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n", b"400"),  # RFC 9110 section 5.5
+        (b"\r\n\r\nGET / HTTP/1.0\r\n\r\n", b"200"),  # empty lines before a request
     ],
 )
 def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
@@ -177,6 +193,61 @@ def test_max_requests_answered_at_once_then_503():
         assert results == [200, 200]
         assert request(port, "/")[0] == 200
         wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
+
+
+def test_gates_hold_no_place_and_are_bounded_apart():
+    """A gate (basic auth's bcrypt check) waiting holds no --web.max-requests place: a
+    request answered at once still is; at most max_requests gates wait, one more is 503."""
+    release = threading.Event()
+
+    def handler(request: Request) -> Response | Deferred:
+        if request.path == "/gate":
+            return Deferred(lambda: (release.wait(20), Response(401, b"no\n"))[1], gate=True)
+        return Response(200, b"ok\n")
+
+    with listening(handler, Limits(max_requests=2)) as listener:
+        port = listener.server_address[1]
+        results: list[int] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(request(port, "/gate")[0]))
+            for _ in range(2)
+        ]
+        try:
+            for client in clients:
+                client.start()
+            wait_until(lambda: listener.counts.gates == 2, 10, "two gates waiting")
+            assert listener.counts.in_flight == 0
+            assert request(port, "/")[0] == 200
+            assert request(port, "/gate")[0] == 503
+        finally:
+            release.set()
+            for client in clients:
+                client.join(20)
+        assert results == [401, 401]
+        wait_until(lambda: listener.counts.gates == 0, 10, "no gate waiting")
+        wait_until(lambda: listener.counts.in_flight == 0, 10, "no request in flight")
+
+
+def test_requests_pipelined_behind_one_in_flight_are_buffered_up_to_a_head():
+    """While a request is answered, what the client sends after it waits in the kernel,
+    not in the server's memory: reading pauses past one head's size."""
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as client:
+            try:
+                client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "the request in flight")
+                with contextlib.suppress(TimeoutError):
+                    client.sendall(b"GET / HTTP/1.1\r\n\r\n" * 500_000)  # 9 MB
+                (connection,) = listener.connections
+                assert len(connection.buffer) <= MAX_HEAD_BYTES + 256 * 1024
+            finally:
+                release.set()
 
 
 def test_max_requests_0_is_no_bound_but_the_connections():

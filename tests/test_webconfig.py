@@ -369,3 +369,56 @@ def test_verified_credentials_are_remembered():
     assert not config.authorized("Basic " + base64.b64encode(b"bob:other").decode())
     assert not config.authorized("Basic !!!not-base64")
     assert not config.authorized("Bearer token")
+
+
+def test_refused_credentials_do_not_take_the_places_of_scrapes(tmp_path, monkeypatch):
+    """--web.max-requests bounds the scrapes answered at once, as node_exporter's does
+    (promhttp's MaxRequestsInFlight, behind exporter-toolkit's basic auth): a client
+    without the password, whose bcrypt checks wait their turn, must not hold those places
+    and turn away a scraper whose credentials are verified already."""
+    config = write_config(tmp_path, users_block())
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    server = make_server("127.0.0.1:0", loop, "/metrics", webconfig.load(str(config)),
+                         Limits(max_requests=2))  # fmt: skip
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    release = threading.Event()
+    real = bcrypt.checkpw
+
+    def slow(password: bytes, hashed: bytes) -> bool:
+        if password == b"wrong":
+            release.wait(20)  # a costly hash, as long as the test needs
+        return real(password, hashed)
+
+    port = server.server_address[1]
+    attackers: list[threading.Thread] = []
+    try:
+        assert get(port, None, "alice") == 200  # verified, then remembered
+        monkeypatch.setattr(webconfig.bcrypt, "checkpw", slow)
+        attackers = [
+            threading.Thread(target=get, args=(port, None, "mallory", "wrong")) for _ in range(2)
+        ]
+        for attacker in attackers:
+            attacker.start()
+        wait_until(lambda: server.counts.connections >= 2, 10, "two refused clients waiting")
+        time.sleep(0.2)  # their checks queued
+        assert get(port, None, "alice") == 200
+    finally:
+        release.set()
+        for attacker in attackers:
+            attacker.join(20)
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_remembered_credentials_are_one_per_password_bcrypt_reads():
+    """bcrypt reads 72 bytes of a password: the bytes after them must not make another
+    remembered entry each (one check apiece, then memory for ever)."""
+    password = b"p" * 72
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(password, bcrypt.gensalt(rounds=4))})
+    for suffix in (b"", b"a", b"b", b"c"):
+        header = "Basic " + base64.b64encode(b"bob:" + password + suffix).decode()
+        assert config.authorized(header)
+    assert len(config._verified) == 1
