@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 from tests import spec
 from tests.net import http_get
@@ -78,6 +79,14 @@ def test_a_node_page_is_the_collectors_families_and_lints_clean():
     throttled = [v for name, _, v in rows if name == "procdelta_interval_cpu_throttled_periods"]
     assert max(throttled) > 0
     assert ("procdelta_node_cpus", "", 16) in rows
+
+
+def test_the_page_has_every_family_of_the_collectors_own_page():
+    fleet = make_fleet(nodes=1, pods=10)
+    page = render(node_families(fleet, 0), fleet.epoch, fleet.epoch).decode()
+    golden = (Path(__file__).parent / "golden" / "metrics.prom").read_text()
+    families = re.compile(r"^# TYPE (\S+) (\w+)$", re.M)
+    assert set(families.findall(golden)) <= set(families.findall(page))
 
 
 def test_counters_grow_between_scrapes_and_gauges_hold():
