@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import http.server
 import json
+import math
 import random
 import re
 import shutil
@@ -555,21 +556,23 @@ class Run:
 
 
 @contextlib.contextmanager
-def prometheus(rules: Path, fleet: Fleet, port: int, args):
+def prometheus(rules: Path | None, fleet: Fleet, port: int, args):
     """Debian's prometheus on a free loopback port, scraping the fleet (served on `port`)
-    with the rules, its TSDB in a directory of its own; yields its URL once ready. The
-    process is stopped and the directory removed on the way out, whatever happened."""
+    with the rules (None: none), its TSDB in a directory of its own; yields its URL once
+    ready. The process is stopped and the directory removed on the way out, whatever
+    happened."""
     directory = Path(tempfile.mkdtemp(prefix="rulecost-"))
     process = None
     try:
-        shutil.copy(rules, directory / "rules.yml")
         config = {
             "global": {"scrape_interval": f"{args.scrape_interval:g}s",
                        "scrape_timeout": f"{args.scrape_interval * 0.8:g}s",
                        "evaluation_interval": f"{args.evaluation_interval:g}s"},
-            "rule_files": [str(directory / "rules.yml")],
             "scrape_configs": scrape_config(fleet, port),
         }  # fmt: skip
+        if rules is not None:
+            shutil.copy(rules, directory / "rules.yml")
+            config["rule_files"] = [str(directory / "rules.yml")]
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
         url = f"http://127.0.0.1:{(listen := free_port())}"
         with (directory / "prometheus.log").open("w") as log:
@@ -596,18 +599,21 @@ def prometheus(rules: Path, fleet: Fleet, port: int, args):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def measure(label: str, rules: Path, fleet: Fleet, port: int, args) -> Run:
+def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Run:
     """One run: Prometheus with the rules, left `args.warmup` seconds to fill its rate
-    windows, then read until every group has made `args.evaluations` evaluations."""
+    windows, then read until every group has made `args.evaluations` evaluations (without
+    rules: as long as that takes, for the CPU that scraping alone costs)."""
     run = Run(label)
     with prometheus(rules, fleet, port, args) as url:
         since = time.time() + args.warmup
         time.sleep(args.warmup)
         cpu_start = (time.time(), read_metrics(url)["process_cpu_seconds_total"][""])
+        if rules is None:
+            time.sleep(args.evaluations * args.evaluation_interval)
         seen: dict[str, float] = {}
         rule_seen: dict[tuple[str, str], str] = {}
         deadline = time.time() + args.evaluations * args.evaluation_interval * 3 + 30
-        while not seen or min(len(run.durations[g]) for g in seen) < args.evaluations:
+        while rules and (not seen or min(len(run.durations[g]) for g in seen) < args.evaluations):
             if time.time() > deadline:
                 raise RuntimeError(f"{label}: fewer than {args.evaluations} evaluations a group")
             time.sleep(0.5)
@@ -670,7 +676,11 @@ def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(rule_files: dict[str, Path], runs: list[Run], fleet: Fleet, args) -> str:
+BASELINE = "no-rules"
+"""The label of the runs without rules (`--baseline`): what scraping alone costs."""
+
+
+def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, args) -> str:
     labels = list(rule_files)
     by_label = {label: [r for r in runs if r.label == label] for label in labels}
     out = [
@@ -680,30 +690,28 @@ def report(rule_files: dict[str, Path], runs: list[Run], fleet: Fleet, args) -> 
         f"{args.rounds} rounds, alternately; medians (ms of wall time per evaluation)",
         "",
     ]
-    totals: dict[str, list[float]] = {}
     for label in labels:
+        if rule_files[label] is None:
+            continue
         selections = raw_selections(rule_files[label].read_text())
         measured = {g for r in by_label[label] for g in r.durations}
         group_names = [g for g in selections if g in measured] + sorted(measured - set(selections))
         out.append(f"{label}: {rule_files[label]}")
-        out.append(f"  {'group':<32} {'eval ms':>8} {'spread':>13} {'samples':>8} "
+        out.append(f"  {'group':<34} {'eval ms':>8} {'spread':>13} {'samples':>8} "
                    f"{'rate()':>6} {'ranges':>6}")  # fmt: skip
         for group in group_names:
             values = [v * 1e3 for r in by_label[label] for v in r.durations[group]]
             q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
             rate, ranges = selections.get(group, (0, 0))
             out.append(
-                f"  {group:<32} {_median(values):>8.1f} {q[0]:>6.1f}-{q[2]:<6.1f} "
+                f"  {group:<34} {_median(values):>8.1f} {q[0]:>6.1f}-{q[2]:<6.1f} "
                 f"{_median(r.samples.get(group, 0) for r in by_label[label]):>8.0f} "
                 f"{rate:>6} {ranges:>6}"
             )
-        totals[label] = [sum(_median(v) for v in r.durations.values()) * 1e3
-                         for r in by_label[label]]  # fmt: skip
-        rate_total = sum(s[0] for s in selections.values())
-        range_total = sum(s[1] for s in selections.values())
-        out.append(f"  {'all groups':<32} {_median(totals[label]):>8.1f} {'':>13} "
-                   f"{_median(sum(r.samples.values()) for r in by_label[label]):>8.0f} "
-                   f"{rate_total:>6} {range_total:>6}")  # fmt: skip
+        out.append(f"  {'all groups':<34} {_median(_total(r) for r in by_label[label]):>8.1f} "
+                   f"{'':>13} {_median(sum(r.samples.values()) for r in by_label[label]):>8.0f} "
+                   f"{sum(s[0] for s in selections.values()):>6} "
+                   f"{sum(s[1] for s in selections.values()):>6}")  # fmt: skip
         out.append("  slowest rules (median ms):")
         rule_medians = defaultdict(list)
         for r in by_label[label]:
@@ -713,31 +721,66 @@ def report(rule_files: dict[str, Path], runs: list[Run], fleet: Fleet, args) -> 
         for (group, rule), values in slowest:
             out.append(f"    {_median(values) * 1e3:>7.1f}  {group} / {rule[3:]}")
         out.append("")
-    out.append(f"{'':<10} {'eval ms':>8} {'x first':>8} {'head':>8} {'scraped':>8} "
-               f"{'recorded':>8} {'ALERTS':>6} {'cores':>6}")  # fmt: skip
-    first = labels[0]
-    for label in labels:
-        ratios = [t / f for t, f in zip(totals[label], totals[first], strict=True) if f]
-        rs = by_label[label]
-        out.append(
-            f"{label:<10} {_median(totals[label]):>8.1f} {_median(ratios):>8.2f} "
-            f"{_median(r.head_series for r in rs):>8.0f} "
-            f"{_median(r.scraped_series for r in rs):>8.0f} "
-            f"{_median(r.recorded_series for r in rs):>8.0f} "
-            f"{_median(r.alert_series for r in rs):>6.0f} "
-            f"{_median(r.cpu_cores for r in rs):>6.2f}"
-        )
+    out += summary(labels, by_label, args.evaluation_interval)
     out.append("")
     for label in labels:
         rs = by_label[label]
-        alerts = ", ".join(f"{k}: {v}" for k, v in sorted(rs[-1].alerts.items())) or "none"
-        out.append(f"{label} alerts (last round): {alerts}")
+        if rule_files[label] is not None:
+            alerts = ", ".join(f"{k}: {v}" for k, v in sorted(rs[-1].alerts.items())) or "none"
+            out.append(f"{label} alerts (last round): {alerts}")
         missed = sum(r.missed for r in rs)
         if missed:
             out.append(f"{label}: {missed:g} missed group iterations")
         for failure in sorted({f for r in rs for f in r.failures}):
             out.append(f"{label}: FAILING RULE {failure}")
     return "\n".join(out)
+
+
+def _total(run: Run) -> float:
+    """A run's evaluation time: the sum of its groups' medians (ms)."""
+    return sum(_median(values) for values in run.durations.values()) * 1e3
+
+
+def summary(labels: list[str], by_label: dict[str, list[Run]], interval: float) -> list[str]:
+    """One row per rule file: the wall time of its groups, the CPU the whole Prometheus
+    used, and (with a baseline) the CPU its rules cost per evaluation: the Prometheus' CPU
+    over the baseline's in the same round; ratios (x first) taken round by round."""
+    rules = [label for label in labels if label != BASELINE]
+    baseline = by_label.get(BASELINE)
+
+    def rule_cpu(run: Run, index: int) -> float:
+        return (run.cpu_cores - baseline[index].cpu_cores) * interval if baseline else math.nan
+
+    def ratio(label: str, value) -> float:
+        pairs = zip(by_label[label], by_label[rules[0]], strict=True)
+        return _median(value(r, i) / value(f, i) for i, (r, f) in enumerate(pairs)
+                       if value(f, i))  # fmt: skip
+
+    out = [f"{'':<10} {'eval ms':>8} {'x first':>8} {'cores':>6} {'rules s':>8} {'x first':>8} "
+           f"{'head':>8} {'scraped':>8} {'recorded':>8} {'ALERTS':>6}"]  # fmt: skip
+    for label in labels:
+        rs = by_label[label]
+        evaluated = label != BASELINE
+        out.append(
+            f"{label:<10} "
+            + (f"{_median(_total(r) for r in rs):>8.1f} "
+               f"{ratio(label, lambda r, i: _total(r)):>8.2f} " if evaluated else f"{'':>18}")
+            + f"{_median(r.cpu_cores for r in rs):>6.2f} "
+            + (f"{_median(rule_cpu(r, i) for i, r in enumerate(rs)):>8.2f} "
+               f"{ratio(label, rule_cpu):>8.2f} " if evaluated else f"{'':>18}")
+            + f"{_median(r.head_series for r in rs):>8.0f} "
+            f"{_median(r.scraped_series for r in rs):>8.0f} "
+            f"{_median(r.recorded_series for r in rs):>8.0f} "
+            f"{_median(r.alert_series for r in rs):>6.0f}"
+        )  # fmt: skip
+    out.append(
+        "eval ms: the groups' wall times summed; cores: the Prometheus process's CPU over the "
+        "measured span; rules s: CPU seconds per evaluation beyond the baseline's"
+        if baseline else
+        "eval ms: the groups' wall times summed; cores: the Prometheus process's CPU over the "
+        "measured span (--baseline: the rules' own CPU)"
+    )  # fmt: skip
+    return out
 
 
 def parse_rules(values: list[str]) -> dict[str, Path]:
@@ -764,6 +807,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a rule file (repeat: run alternately, ratios to the first)",
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run without rules each round: the rules' own CPU is the difference",
+    )
     parser.add_argument("--scrape-interval", type=float, default=5)
     parser.add_argument("--evaluation-interval", type=float, default=10)
     parser.add_argument(
@@ -778,12 +826,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not shutil.which("prometheus"):
         raise SystemExit("prometheus not found: install Debian's prometheus package")
-    rule_files = parse_rules(args.rules)
+    rule_files: dict[str, Path | None] = dict(parse_rules(args.rules))
     for label, path in rule_files.items():
         check = subprocess.run([shutil.which("promtool") or "promtool", "check", "rules",
                                 str(path)], capture_output=True, text=True)  # fmt: skip
         if check.returncode:
             raise SystemExit(f"{label}: promtool check rules failed:\n{check.stdout}{check.stderr}")
+    if args.baseline:
+        rule_files[BASELINE] = None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fleet = make_fleet(args.nodes, args.pods, args.seed)
     server = FleetServer(fleet)
