@@ -613,12 +613,15 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
         seen: dict[str, float] = {}
         rule_seen: dict[tuple[str, str], str] = {}
         deadline = time.time() + args.evaluations * args.evaluation_interval * 3 + 30
-        while rules and (not seen or min(len(run.durations[g]) for g in seen) < args.evaluations):
+        groups: set[str] = set()  # every group Prometheus loaded, evaluated yet or not
+        while rules and (not groups or any(len(run.durations[g]) < args.evaluations
+                                           for g in groups)):  # fmt: skip
             if time.time() > deadline:
                 raise RuntimeError(f"{label}: fewer than {args.evaluations} evaluations a group")
             time.sleep(0.5)
             metrics = read_metrics(url)
             stamps = metrics["prometheus_rule_group_last_evaluation_timestamp_seconds"]
+            groups |= set(stamps)
             for group, stamp in stamps.items():
                 if stamp > since and seen.get(group) != stamp:
                     seen[group] = stamp
@@ -700,7 +703,7 @@ def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, ar
         out.append(f"  {'group':<34} {'eval ms':>8} {'spread':>13} {'samples':>8} "
                    f"{'rate()':>6} {'ranges':>6}")  # fmt: skip
         for group in group_names:
-            values = [v * 1e3 for r in by_label[label] for v in r.durations[group]]
+            values = [v * 1e3 for r in by_label[label] for v in r.durations.get(group, [])]
             q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
             rate, ranges = selections.get(group, (0, 0))
             out.append(
@@ -773,6 +776,14 @@ def summary(labels: list[str], by_label: dict[str, list[Run]], interval: float) 
             f"{_median(r.recorded_series for r in rs):>8.0f} "
             f"{_median(r.alert_series for r in rs):>6.0f}"
         )  # fmt: skip
+    for label in labels:
+        rs = by_label[label]
+        rounds = "cores " + " ".join(f"{r.cpu_cores:.2f}" for r in rs)
+        if label != BASELINE:
+            rounds = " ".join(f"{_total(r):.0f}" for r in rs) + " ms; " + rounds
+            if baseline:
+                rounds += "; rules s " + " ".join(f"{rule_cpu(r, i):.2f}" for i, r in enumerate(rs))
+        out.append(f"{label} by round: {rounds}")
     out.append(
         "eval ms: the groups' wall times summed; cores: the Prometheus process's CPU over the "
         "measured span; rules s: CPU seconds per evaluation beyond the baseline's"
