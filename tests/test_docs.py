@@ -137,6 +137,10 @@ OTHER_TOOLS_FLAGS = {
     "--namespace",  # helm install
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
+    "--baseline",  # python -m tests.rulecost
+    "--nodes",  # python -m tests.rulecost
+    "--pods",  # python -m tests.rulecost
+    "--rules",  # python -m tests.rulecost
 }
 
 
