@@ -358,7 +358,7 @@ def node_families(fleet: Fleet, node: int) -> list[tuple[str, Series]]:
                               ("cgroup_v1_cpu", 0), ("cgroup_v1_cpuacct", 0), ("psi", 1),
                               ("cgroup_namespace_root", 1))]),
         _family("procdelta_build_info", "gauge",
-                [('procdelta_build_info{version="0.1.0"} ', 1, 0.0)]),
+                [('procdelta_build_info{version="test"} ', 1, 0.0)]),
         _family("procdelta_interval_seconds", "gauge",
                 [("procdelta_interval_seconds ", PASS_SECONDS, 0.0)]),
         _family("procdelta_last_pass_timestamp_seconds", "gauge",

@@ -610,12 +610,18 @@ def test_rules_find_the_neighbour_throttled_not_starved(prometheus, scene, mode)
         "ProcdeltaPodCPUThrottled raised for the neighbour",
     )
     share = server.query(
-        f"namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m{{{selector}}}"
+        f"node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m{{{selector}}}"
     )
     assert len(share) == 1 and float(share[0]["value"][1]) > 0.5
     # its run delay alone would call it starved; its own limit explains the wait
-    starvation = server.query(f"namespace_pod:procdelta_cpu_starvation:ratio_rate5m{{{selector}}}")
+    starvation = server.query(
+        f"node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m{{{selector}}}"
+    )
     assert len(starvation) == 1 and float(starvation[0]["value"][1]) > 0.25
+    held = server.query(
+        f"node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m{{{selector}}}"
+    )  # the split, made in the image on the node, whichever cgroup namespace it runs in
+    assert len(held) == 1 and float(held[0]["value"][1]) > 0.5
     assert not server.query(f'ALERTS{{alertname="ProcdeltaPodCPUStarved",{selector}}}')
 
 
