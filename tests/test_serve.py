@@ -59,8 +59,10 @@ class CountingEngine:
 
 
 @contextlib.contextmanager
-def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[int]:
-    server = make_server("127.0.0.1:0", loop, path)
+def serving(loop: PassLoop, path: str = "/metrics", web=None, limits=None) -> Iterator[int]:
+    """An in-process server of `loop` on 127.0.0.1 (with a web configuration and the
+    listener's limits, if given): its port."""
+    server = make_server("127.0.0.1:0", loop, path, web, limits)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
@@ -68,7 +70,7 @@ def serving(loop: PassLoop, path: str = "/metrics") -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
+        thread.join(10)
 
 
 # Every series of these families equals N on the page of CountingEngine's pass N.

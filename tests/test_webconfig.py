@@ -24,7 +24,7 @@ from collector.exporter import PassLoop, make_server
 from collector.listener import Limits
 from tests.net import free_port, request, start_serve, wait_until
 from tests.test_cli import assert_one_line_error
-from tests.test_serve import CountingEngine
+from tests.test_serve import CountingEngine, serving
 
 PASSWORD = "s3cret pass"
 
@@ -131,15 +131,8 @@ def serving_config(config: Path, limits: Limits | None = None) -> Iterator[int]:
     """An in-process server with the web configuration `config`, on 127.0.0.1."""
     loop = PassLoop(CountingEngine(groups=1), interval=60)
     loop.run_pass()
-    server = make_server("127.0.0.1:0", loop, "/metrics", webconfig.load(str(config)), limits)
-    thread = threading.Thread(target=server.serve_forever)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serving(loop, web=webconfig.load(str(config)), limits=limits) as port:
+        yield port
 
 
 def admitted(port: int, context: ssl.SSLContext) -> bool:
