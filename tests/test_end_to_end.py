@@ -121,9 +121,10 @@ def systemd_pod_path(uid: str, cid: str) -> str:
 def busy_pod(tmp_path_factory):
     """Four pods: busy-pod, three busy threads (and a sleeper) in a v2 cgroup, systemd
     driver; Deployment web's two pods, one busy thread each, beside it; throttled-pod, one
-    busy thread under its container's 20% CPU quota, cgroupfs driver on this host's v1
-    controllers. About five runnable threads on this machine's two CPUs: every busy pod
-    contends, and busy-pod, with three of them, uses the most."""
+    busy thread under its container's 20% CPU quota (and a requested pod's weight),
+    cgroupfs driver on this host's v1 controllers. About five runnable threads on this
+    machine's two CPUs: every busy pod contends, and busy-pod, with three of them, uses
+    the most."""
     tmp_path = tmp_path_factory.mktemp("logs")
     uid, throttled_uid = str(uuid.uuid4()), THROTTLED_UID
     cid, throttled_cid = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2
@@ -145,6 +146,15 @@ def busy_pod(tmp_path_factory):
         throttled = stack.enter_context(cgroups(("cpu", "cpuacct", "v2"), throttled_path))
         with open(Path(throttled["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
             quota.write("20000")
+        # Its weight is a requested pod's beside BestEffort neighbours, in the ratio a kubelet
+        # sets (a 200m request: cpu.shares 204; BestEffort: 2), against the neighbours' tasks
+        # at this hierarchy's root (1024 each): once its quota refills it runs at once, so its
+        # run delay is its quota's. With equal weights the scheduler shares the CPUs fairly
+        # and it also waits for its neighbours before each period's 20 ms (measured: 0.37 of
+        # its runnable time throttled, as much again for neighbours), which is the truth and
+        # what the rules then say.
+        with open(Path(throttled["cpu"]) / "cpu.shares", "w") as shares:
+            shares.write(str(1024 * 204 // 2))
         stack.enter_context(Workload(list(throttled.values()), "--busy", "1"))
         yield tmp_path, uid, busy.pid
 
