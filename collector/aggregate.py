@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
@@ -34,6 +34,10 @@ class Grouped:
     malformed_pids: set[int]
     cgroup_dirs: dict[Group, CgroupDirs]  # of each non-pod group seen: where its cgroup is
     unplaced: int = 0  # processes read whose group their cgroup file could not tell
+    # Kept for the processes view (collector/processes.py): each process's group by PID
+    # (None: left out of the sums), and each carried block's group by its cgroup file.
+    group_of_pid: dict[int, Group | None] = field(default_factory=dict)
+    carried_groups: dict[bytes, Group] = field(default_factory=dict)
 
 
 def group_pass(
@@ -96,7 +100,9 @@ def group_pass(
     for delta in deltas:
         group = group_of_pid.get(delta.reading.pid, _NOT_READ)
         if group is _NOT_READ:  # carried, yet guarded as read: the guard had another reading
-            group = _group_of_carried(grouper, delta.reading.cgroup)
+            group = group_of_pid[delta.reading.pid] = _group_of_carried(
+                grouper, delta.reading.cgroup
+            )
         if group is None:  # dropped by --pods-only, unplaced, or its cgroup file is malformed
             continue
         interval_of(group).add(delta.fields)
@@ -107,13 +113,15 @@ def group_pass(
             footprint.processes += len(block.readings)
             footprint.threads += block.threads
             footprint.rss_bytes += block.rss_bytes
+    carried_groups: dict[bytes, Group] = {}
     for cgroup, (processes, observed) in (carried_deltas or {}).items():
         group = _group_of_carried(grouper, cgroup)
         if group is not None:
+            carried_groups[cgroup] = group
             interval = interval_of(group)
             interval.processes += processes
             interval.observed_nanos += observed
-    return Grouped(intervals, sums, malformed, dirs, unplaced)
+    return Grouped(intervals, sums, malformed, dirs, unplaced, group_of_pid, carried_groups)
 
 
 _NOT_READ = object()  # a process with no footprint this pass: it was carried

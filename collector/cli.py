@@ -322,6 +322,14 @@ def raise_open_files_limit() -> None:
         help="Requests answered at once; one more is answered 503 at once. 0: no bound "
         "but the connections' (4096).",
     ),
+    _option(
+        "--web.processes/--no-web.processes",
+        "processes",
+        default=True,
+        show_default=True,
+        help="Serve /processes: each process's delta of the last pass, with its PID and "
+        "16-byte name (never its command line), to whoever may scrape.",
+    ),
 )
 @shared_options
 def serve(
@@ -331,6 +339,7 @@ def serve(
     telemetry_path: str,
     web_config_file: str | None,
     max_requests: int,
+    processes: bool,
 ) -> None:
     """Serve the per-pod counters to Prometheus, on /metrics and /healthz.
 
@@ -345,25 +354,32 @@ def serve(
     except webconfig.WebConfigError as error:
         raise click.ClickException(f"--web.config.file {error}") from None
 
-    if not telemetry_path.startswith("/") or telemetry_path in ("/", "/healthz"):
+    if not telemetry_path.startswith("/") or telemetry_path in ("/", "/healthz", "/processes"):
         raise click.ClickException(
             f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
-            "/ and /healthz"
+            "/, /healthz and /processes"
         )
     engine = build_engine(options, freeze_gc=True)
     loop = PassLoop(engine, interval, shapes=options.shapes, cpus=node_cpus(options))
     raise_open_files_limit()
     try:
         server = make_server(
-            listen_address, loop, telemetry_path, web, Limits(max_requests=max_requests)
+            listen_address,
+            loop,
+            telemetry_path,
+            web,
+            Limits(max_requests=max_requests),
+            processes=processes,
+            cgroup_fields=options.cgroup,
         )
     except ListenAddressError as error:
         raise click.ClickException(f"--web.listen-address {error}") from None
     host, port = server.server_address[:2]
     log.info(
         "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "max_requests=%d telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s container_logs=%s "
-        "per_container=%s pods_only=%s cgroup=%s pressure=%s interval_gauges=%s totals=%s",
+        "max_requests=%d processes=%s telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s "
+        "container_logs=%s per_container=%s pods_only=%s cgroup=%s pressure=%s "
+        "interval_gauges=%s totals=%s",
         __version__,
         interval,
         listen_address,
@@ -372,6 +388,7 @@ def serve(
         bool(web and web.tls),
         bool(web and web.users),
         max_requests,
+        processes,
         telemetry_path,
         options.procfs,
         options.cgroupfs,

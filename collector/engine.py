@@ -24,6 +24,7 @@ from collector.model import (
     Fields,
     Malformed,
 )
+from collector.processes import ProcessTable
 from collector.reading import Reader
 from collector.tracker import Tracker
 from collector.waits import NodeCPU, node_interval, with_waits
@@ -53,6 +54,8 @@ class PassResult:
     dropped_cgroups: Mapping[str, int] = field(default_factory=dict)
     tracked_cgroups: int = 0
     carried_by_cgroup: int = 0  # processes not read: their cgroup had not run
+    # every process's delta, kept for the processes view (collector/processes.py)
+    processes: ProcessTable = field(default_factory=ProcessTable)
 
     def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
         """Groups with an interval of either kind, the biggest CPU consumers first (by
@@ -216,6 +219,13 @@ class Engine:
             ),
             tracked_cgroups=self.cgroup_tracker.tracked,
             carried_by_cgroup=readings.carried_by_cgroup,
+            processes=ProcessTable(
+                advance.deltas,
+                grouped.group_of_pid,
+                advance.carried,
+                advance.carried_members,
+                grouped.carried_groups,
+            ),
         )
 
     def _known_cgroups(self) -> dict[Group, list[Location]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import html
+import json
 import logging
 import socket
 import threading
@@ -38,6 +39,7 @@ from collector.exposition import (
 from collector.groups import Group
 from collector.listener import Deferred, Limits, Listener, Request, Response, plain
 from collector.model import CgroupFields, Fields
+from collector.processes import PassView, Query, QueryError
 from collector.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class Snapshot:
     page: Page
     passes: int
     completed_at: float | None  # monotonic instant of the pass, None before the first
+    view: PassView = field(default_factory=PassView)  # what /processes is made from
 
     @property
     def text(self) -> bytes:
@@ -74,6 +77,7 @@ class _LastGoodPass:
     totals: Mapping[Group, Mapping[str, int]] = field(default_factory=dict)
     footprints: Mapping[Group, FootprintSums] = field(default_factory=dict)
     cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
+    view: PassView = field(default_factory=PassView)
 
 
 class PassLoop:
@@ -161,7 +165,11 @@ class PassLoop:
             node_cpus=self.cpus(),
         )
         self._data = _LastGoodPass(
-            result.intervals, result.totals, result.footprints, result.cgroup_intervals
+            result.intervals,
+            result.totals,
+            result.footprints,
+            result.cgroup_intervals,
+            PassView.of(result),
         )
         self._publish(self._render(completed_at=self.monotonic()))
         if result.denied and not self._warned_denied:
@@ -178,7 +186,7 @@ class PassLoop:
         page = self._renderer.render(
             data.intervals, data.totals, data.footprints, self._state, data.cgroup_intervals
         )
-        return Snapshot(page, self._state.passes, completed_at)
+        return Snapshot(page, self._state.passes, completed_at, data.view)
 
     def _publish(self, snapshot: Snapshot) -> None:
         with self._lock:
@@ -247,7 +255,7 @@ LANDING = """<!DOCTYPE html>
 <p>Per-pod process counters for Prometheus, with deltas taken on the node. Version {version}.</p>
 <ul>
 <li><a href="{path}">{path}</a> — metrics</li>
-<li><a href="/healthz">/healthz</a> — health</li>
+<li><a href="/healthz">/healthz</a> — health</li>{processes}
 </ul>
 </body></html>
 """
@@ -258,9 +266,15 @@ UNAUTHORIZED = Response(
 )
 
 
+PROCESSES_LINK = """
+<li><a href="/processes">/processes</a> — which processes wait (JSON; \
+<code>?namespace=&amp;pod=&amp;sort=&amp;limit=</code>)</li>"""
+
+
 class MetricsServer(Listener):
     """Serves the current snapshot on `collector.listener`'s bounded HTTP/1.1 listener:
-    `telemetry_path`, `/healthz` and the landing page, every one under basic auth."""
+    `telemetry_path`, `/healthz`, `/processes` (unless `processes` is off) and the
+    landing page, every one under basic auth."""
 
     def __init__(
         self,
@@ -270,10 +284,14 @@ class MetricsServer(Listener):
         telemetry_path: str,
         web: WebConfig | None = None,
         limits: Limits | None = None,
+        processes: bool = True,
+        cgroup_fields: bool = True,
     ):
         self.passes = passes
         self.telemetry_path = telemetry_path
         self.web = web or WebConfig()
+        self.processes = processes  # /processes served (docs/reference.md §8)
+        self.cgroup_fields = cgroup_fields  # the groups in its answer carry the §7 fields
         self.live = LiveMetrics()
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -298,17 +316,42 @@ class MetricsServer(Listener):
             )
         return self._route(request) if known else UNAUTHORIZED
 
-    def _route(self, request: Request) -> Response:
+    def _route(self, request: Request) -> Response | Deferred:
         path = request.path
         if path == self.telemetry_path:
             return self._metrics(request)
         if path == "/healthz":
             ok, reason = self.passes.healthy()
             return plain(200 if ok else 503, reason)
+        if path == "/processes":
+            return self._processes(request)
         if path == "/":
-            page = LANDING.format(version=__version__, path=html.escape(self.telemetry_path))
+            page = LANDING.format(
+                version=__version__,
+                path=html.escape(self.telemetry_path),
+                processes=PROCESSES_LINK if self.processes else "",
+            )
             return Response(200, page.encode(), "text/html; charset=utf-8")
         return plain(404, "not found")
+
+    def _processes(self, request: Request) -> Response | Deferred:
+        """The last completed pass's processes (docs/reference.md §8), made on request in
+        the listener's views thread: the event loop, and so every scrape of /metrics,
+        never waits for it, and it waits for no pass."""
+        if not self.processes:
+            return plain(404, "not found: the processes view is off (--no-web.processes)")
+        try:
+            query = Query.parse(request.query)
+        except QueryError as error:
+            return plain(400, str(error))
+        view = self.passes.snapshot().view
+        cgroup_fields = self.cgroup_fields
+
+        def answer() -> Response:
+            body = json.dumps(view.document(query, cgroup_fields)) + "\n"
+            return Response(200, body.encode(), "application/json")
+
+        return Deferred(answer)
 
     def _metrics(self, request: Request) -> Response:
         snapshot = self.passes.snapshot()
@@ -347,6 +390,8 @@ def make_server(
     telemetry_path: str,
     web: WebConfig | None = None,
     limits: Limits | None = None,
+    processes: bool = True,
+    cgroup_fields: bool = True,
 ) -> MetricsServer:
     """Bind the HTTP server now, so that a bad address fails before anything starts."""
     host, port = parse_listen_address(address)
@@ -363,7 +408,9 @@ def make_server(
     last_error: OSError | None = None
     for family, bind_to in candidates:
         try:
-            return MetricsServer(bind_to, family, loop, telemetry_path, web, limits)
+            return MetricsServer(
+                bind_to, family, loop, telemetry_path, web, limits, processes, cgroup_fields
+            )
         except OSError as error:
             last_error = error
             if error.errno != errno.EAFNOSUPPORT:  # no such family here: try the next one

@@ -4,7 +4,8 @@ What a client can hold, whatever it does:
 
 - a connection costs a socket and a small object, never a thread: all connections are
   served by one event loop thread (`serve_forever`'s), plus one worker thread for the
-  bcrypt checks of basic auth (`Listener.slow`);
+  bcrypt checks of basic auth (`Listener.slow`) and one for answers made on request
+  (`Listener.views`: the processes view), so that neither waits for the other;
 - a request must arrive whole — TLS handshake, request line and headers — within
   `header_timeout` of the connection's opening (or of its first byte, on a kept-alive
   connection), however slowly it trickles in; a kept-alive connection waits at most
@@ -107,8 +108,9 @@ class Response:
 
 
 class Deferred:
-    """A handler's answer that must not run on the event loop (a bcrypt check): `work` runs
-    in the listener's worker thread and returns the response.
+    """A handler's answer that must not run on the event loop: `work` runs in a worker
+    thread of the listener's and returns the response — a gate (a bcrypt check) in
+    `Listener.slow`, any other (a view made on request) in `Listener.views`.
 
     A `gate` (basic auth) holds no place among `max_requests` while it waits and runs, as
     node_exporter's bound sits behind exporter-toolkit's checks: clients without the
@@ -352,7 +354,7 @@ class _Connection(asyncio.Protocol):
 
     async def _deferred(self, request: Request, close: bool, deferred: Deferred) -> None:
         try:
-            answer = await self.loop.run_in_executor(self.listener.slow, deferred.work)
+            answer = await self.loop.run_in_executor(self.listener.views, deferred.work)
         except Exception as error:
             answer = _failed(request, error)
         if self._respond(request, close, answer):
@@ -560,6 +562,8 @@ class Listener:
         # One worker: bcrypt checks run one at a time, as exporter-toolkit runs them, so
         # that wrong passwords cost one CPU at most.
         self.slow = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="auth")
+        # One worker for answers made on request: a second one would only share the GIL.
+        self.views = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="views")
         self._stopped = threading.Event()
         self._stopped.set()
         self._server: asyncio.base_events.Server | None = None
@@ -602,6 +606,7 @@ class Listener:
 
     def server_close(self) -> None:
         self.slow.shutdown(wait=True, cancel_futures=True)
+        self.views.shutdown(wait=True, cancel_futures=True)
         if not self.loop.is_closed():
             self.loop.close()
         self.socket.close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from collector.engine import PassResult
-from collector.model import CGROUP_FIELD_NAMES, FIELD_NAMES, CgroupFields
+from collector.model import CgroupFields
+from collector.processes import group_row
 
 
 def as_json(result: PassResult, cgroup_fields: bool = True) -> str:
@@ -13,14 +14,9 @@ def as_json(result: PassResult, cgroup_fields: bool = True) -> str:
     then (unless the cgroup fields are off) the §7 fields, null where the group's cgroup
     has no such file or gave no delta this interval. A group whose cgroup gave a delta
     but no process of which contributed has its §3 fields at 0 (a sum over nothing)."""
-    rows = []
-    for group, fields, cgroup in result.ranked():
-        row: dict[str, object] = {"group": group.label_dict()}
-        row.update((name, getattr(fields, name)) for name in FIELD_NAMES)
-        if cgroup_fields:
-            cgroup = cgroup or CgroupFields()
-            row.update((name, getattr(cgroup, name)) for name in CGROUP_FIELD_NAMES)
-        rows.append(row)
+    rows = [
+        group_row(group, fields, cgroup, cgroup_fields) for group, fields, cgroup in result.ranked()
+    ]
     return json.dumps(rows, indent=2)
 
 

@@ -35,6 +35,9 @@ class Advance:
     # Carried processes, summed by the bytes of their cgroup file: [processes, observed
     # ns]. Each is one delta whose every other field is 0 (nothing of it moved).
     carried: dict[bytes, list[int]] = field(default_factory=dict)
+    # The processes of each carried block by PID, by its cgroup file: those `carried`
+    # counts (for the processes view, collector/processes.py).
+    carried_members: Mapping[bytes, Mapping[int, ProcessReading]] = field(default_factory=dict)
 
 
 _ThreadSums = tuple[int, int, int, int, int, int]
@@ -223,6 +226,7 @@ class Tracker:
             since_of.pop(pid, None)
         self._blocks = blocks
         self._previous_listing_ns = listed_at_ns
+        result.carried_members = {cgroup: block[0] for cgroup, block in blocks.items()}
         return result
 
     def _continue_blocks(

@@ -45,6 +45,7 @@ PINNED = {
     ),
     "collector.plainread.Carried": ("cgroup", "readings", "threads", "rss_bytes"),
     "collector.plainread.Footprint": ("pid", "cgroup", "threads", "rss_bytes"),
+    "collector.processes.Row": ("pid", "comm", "group", "threads", "fields"),
     "collector.reading._Block": ("carried", "inos", "due"),
     "collector.reading._Probe": ("listing", "schedstats", "quiet"),
     "collector.reading._Seen": ("ino", "reading", "threads", "ran", "io_totals"),
