@@ -1,0 +1,376 @@
+"""The processes view (docs/reference.md §8): the query, the view made from what a pass
+kept, and `/processes` on serve's listener, its limits, auth and switch."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import bcrypt
+import pytest
+
+from collector import webconfig
+from collector.exporter import PassLoop
+from collector.model import FIELD_NAMES, Fields
+from collector.processes import (
+    DEFAULT_LIMIT,
+    SORT_FIELDS,
+    PassView,
+    Query,
+    QueryError,
+)
+from collector.wiring import Options, build_engine
+from tests.cgroups import Workload, cgroup
+from tests.net import free_port, request, start_serve, wait_until
+from tests.test_serve import CountingEngine, serving
+
+
+def test_a_query_defaults_to_the_twenty_longest_waits():
+    assert Query.parse("") == Query((), "run_delay_nanos", DEFAULT_LIMIT)
+    assert DEFAULT_LIMIT == 20
+
+
+def test_a_query_takes_label_filters_a_sort_and_a_limit():
+    query = Query.parse("namespace=shop&pod=db-0&sort=on_cpu_nanos&limit=5")
+    assert query == Query((("namespace", "shop"), ("pod", "db-0")), "on_cpu_nanos", 5)
+    assert Query.parse("cgroup=%2Fsystem.slice%2Fcron.service").filters == (
+        ("cgroup", "/system.slice/cron.service"),
+    )
+    assert Query.parse("limit=0").limit is None  # all of them
+    assert Query.parse("pod=").filters == (("pod", ""),)  # a pod whose name was not found
+    assert set(SORT_FIELDS) == set(FIELD_NAMES) - {"processes"}
+
+
+@pytest.mark.parametrize(
+    "query, words",
+    [
+        ("sort=processes", ["sort", "run_delay_nanos"]),
+        ("sort=cpu", ["sort", "on_cpu_nanos"]),
+        ("limit=-1", ["limit", "integer"]),
+        ("limit=ten", ["limit", "integer"]),
+        ("limit=100001", ["limit", "100000"]),
+        ("pod=a&pod=b", ["pod", "twice"]),
+        ("node=n1", ["unknown parameter", "namespace"]),
+        ("pod", ["malformed"]),
+    ],
+)
+def test_a_bad_query_says_why_in_one_line(query, words):
+    with pytest.raises(QueryError) as raised:
+        Query.parse(query)
+    message = str(raised.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def _labels(rows: list[dict]) -> dict[tuple, Fields]:
+    """The processes' fields summed by their group's labels."""
+    sums: dict[tuple, Fields] = {}
+    for row in rows:
+        key = tuple(sorted(row["group"].items()))
+        fields = Fields(1, *(row[name] for name in SORT_FIELDS))
+        sums.setdefault(key, Fields()).add(fields)
+    return sums
+
+
+def test_every_groups_processes_add_up_to_its_interval_on_this_node(tmp_path):
+    """Over the real /proc, three passes: each group's listed processes sum to the group's
+    interval, field by field — the processes carried over unread (an idle cgroup's sleeper,
+    by the third pass) included, with zero counters."""
+    with (
+        cgroup("v2", f"procdelta-view-{uuid.uuid4().hex[:8]}/idle") as idle_path,
+        Workload(idle_path, "--idle", "1") as idle,
+    ):
+        options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+        engine = build_engine(options)
+        for _ in range(3):
+            result = engine.run_pass()
+            time.sleep(0.2)
+        result = engine.run_pass()
+    view = PassView.of(result)
+    document = view.document(Query(limit=None))
+    sums = _labels(document["processes"])
+    intervals = {tuple(sorted(g.labels)): fields for g, fields in result.intervals.items()}
+    assert sums == intervals
+    carried = {pid for members in result.processes.carried_members.values() for pid in members}
+    assert idle.pid in carried, "the idle cgroup's process was read, not carried"
+    (row,) = [p for p in document["processes"] if p["pid"] == idle.pid]
+    assert row["on_cpu_nanos"] == row["run_delay_nanos"] == row["cpu_user_nanos"] == 0
+    assert row["observed_nanos"] > 0 and row["comm"].startswith("python")
+    assert document["interval_seconds"] == result.interval_ns / 1e9
+    assert document["timestamp"] == result.finished_at
+
+
+def test_the_view_sorts_limits_and_lists_the_groups_it_matches(tmp_path):
+    with (
+        cgroup("v2", f"procdelta-view-{uuid.uuid4().hex[:8]}/busy") as busy_path,
+        Workload(busy_path, "--busy", "1") as busy,
+    ):
+        options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+        engine = build_engine(options)
+        engine.run_pass()
+        time.sleep(0.5)
+        result = engine.run_pass()
+    view = PassView.of(result)
+    everyone = view.document(Query(limit=None))["processes"]
+    (labels,) = [p["group"] for p in everyone if p["pid"] == busy.pid]
+    assert labels["cgroup"].endswith(busy_path.rsplit("/", 2)[-2] + "/busy")
+    mine = view.document(Query(tuple(labels.items()), "on_cpu_nanos", 5))
+    assert [p["pid"] for p in mine["processes"]] == [busy.pid]
+    (group,) = mine["groups"]
+    assert group["group"] == labels
+    assert group["processes"] == 1
+    assert group["on_cpu_nanos"] == mine["processes"][0]["on_cpu_nanos"] > 0.2e9
+    assert "cgroup_cpu_nanos" in group and "run_delay_neighbours_nanos" in group
+    for sort in ("on_cpu_nanos", "run_delay_nanos", "observed_nanos"):
+        rows = view.document(Query(sort=sort, limit=7))["processes"]
+        assert len(rows) == 7
+        keys = [(-p[sort], p["pid"]) for p in rows]
+        assert keys == sorted(keys)
+        everything = view.document(Query(sort=sort, limit=None))["processes"]
+        assert rows == everything[:7]
+    assert view.document(Query((("namespace", "nowhere"),)))["processes"] == []
+    assert PassView().document(Query()) == {
+        "interval_seconds": None,
+        "timestamp": None,
+        "processes": [],
+        "groups": [],
+    }
+
+
+@pytest.fixture(scope="module")
+def secret_serve():
+    """`procdelta serve` beside a process whose command line and environment hold a
+    secret; (port, the process, the secret)."""
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", f"--password={secret}"],
+        env={"API_TOKEN": secret},
+    )
+    port = free_port()
+    serve = start_serve(port, interval="0.5")
+    try:
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 30, "serve healthy")
+        yield port, sleeper, secret
+    finally:
+        for process in (serve, sleeper):
+            process.kill()
+            process.wait(10)
+
+
+def test_processes_are_served_by_comm_never_by_command_line(secret_serve):
+    port, sleeper, secret = secret_serve
+
+    def listed():
+        status, headers, body = request(port, "/processes?limit=0")
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        document = json.loads(body)
+        found = [p for p in document["processes"] if p["pid"] == sleeper.pid]
+        return (found, body) if found else None
+
+    (row,), body = wait_until(listed, 20, "the sleeper listed")
+    assert row["comm"].startswith("python")
+    assert row["threads"] == 1 and row["group"]
+    assert secret.encode() not in body
+    assert b"--password" not in body
+    # the page, the health answer and the landing page do not carry it either
+    for path in ("/metrics", "/", "/processes?sort=observed_nanos&limit=0"):
+        assert secret.encode() not in request(port, path)[2]
+    assert b"/processes" in request(port, "/")[2]
+
+
+def test_a_bad_parameter_is_a_400_with_one_line(secret_serve):
+    port = secret_serve[0]
+    status, _, body = request(port, "/processes?sort=cpu")
+    assert status == 400
+    assert body.decode().count("\n") == 1 and "sort" in body.decode()
+
+
+def test_no_web_processes_answers_404():
+    port = free_port()
+    serve = start_serve(port, "--no-web.processes")
+    try:
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 30, "serve healthy")
+        status, _, body = request(port, "/processes")
+        assert status == 404 and b"--no-web.processes" in body
+        assert request(port, "/metrics")[0] == 200
+        assert b"/processes" not in request(port, "/")[2]
+    finally:
+        serve.kill()
+        serve.wait(10)
+
+
+def test_processes_sit_behind_the_same_basic_auth(tmp_path):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    loop = PassLoop(CountingEngine(groups=2), interval=1.0)
+    loop.run_pass()
+    with serving(loop, web=webconfig.load(str(config))) as port:
+        status, headers, _ = request(port, "/processes")
+        assert status == 401 and "WWW-Authenticate" in headers
+        wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
+        assert request(port, "/processes", wrong)[0] == 401
+        right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+        status, _, body = request(port, "/processes", right)
+        assert status == 200 and json.loads(body)["processes"] == []
+        assert request(port, "/processes?limit=x", right)[0] == 400
+
+
+def test_a_scrape_never_waits_for_the_view_nor_the_view_for_a_pass(monkeypatch):
+    """A view held in its worker thread: /metrics and /healthz answer meanwhile. A pass
+    held in the passes thread: /processes answers from the last completed pass."""
+    held, release = threading.Event(), threading.Event()
+    made = PassView.document
+
+    def slow_document(self, query, cgroup_fields=True):
+        held.set()
+        release.wait(20)
+        return made(self, query, cgroup_fields)
+
+    class HeldEngine(CountingEngine):
+        hold = False
+
+        def run_pass(self):
+            if self.hold:
+                held.set()
+                release.wait(20)
+            return super().run_pass()
+
+    engine = HeldEngine(groups=3)
+    loop = PassLoop(engine, interval=1.0)
+    loop.run_pass()
+    with serving(loop) as port:
+        monkeypatch.setattr(PassView, "document", slow_document)
+        answers: list[int] = []
+        view = threading.Thread(target=lambda: answers.append(request(port, "/processes")[0]))
+        view.start()
+        try:
+            assert held.wait(10)
+            began = time.monotonic()
+            assert request(port, "/metrics")[0] == 200
+            assert request(port, "/healthz")[0] == 200
+            assert time.monotonic() - began < 5  # not the 20 s the view is held for
+            assert not answers  # still held
+        finally:
+            release.set()
+            view.join(10)
+        assert answers == [200]
+        monkeypatch.setattr(PassView, "document", made)
+
+        held.clear()
+        release.clear()
+        engine.hold = True
+        passing = threading.Thread(target=loop.run_pass)
+        passing.start()
+        try:
+            assert held.wait(10)
+            status, _, body = request(port, "/processes")
+            assert status == 200
+            assert json.loads(body)["timestamp"] == 1.0  # CountingEngine's pass 1
+        finally:
+            release.set()
+            passing.join(10)
+
+
+def _schedstat(pid: int) -> tuple[int, int]:
+    """The kernel's on-CPU and run delay of a process: Σ its threads' `schedstat`."""
+    on_cpu = delay = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as schedstat:
+            cpu, wait, _ = schedstat.read().split()
+        on_cpu, delay = on_cpu + int(cpu), delay + int(wait)
+    return on_cpu, delay
+
+
+def _pod_path(uid: str) -> str:
+    return (
+        "kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
+        f"cri-containerd-{uuid.uuid4().hex * 2}.scope"
+    )
+
+
+def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
+    """Pod `shop/web-0`: one busy process, and two busy processes that contend for CPU 1;
+    pod `batch/crunch-0` beside it, one process with two busy threads. Passes run here;
+    /processes is asked over HTTP. The pod's processes are listed by run delay, each with
+    the on-CPU and run delay the kernel gave it between the passes (bracketed by the
+    threads' `schedstat` read just before and after each pass), the pair's waits the
+    longest; they add up to the pod's interval gauges of the same pass; and the busiest
+    process on the node is the neighbour's."""
+    pods = tmp_path / "pods"
+    web_uid, crunch_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    (pods / f"shop_web-0_{web_uid}").mkdir(parents=True)
+    (pods / f"batch_crunch-0_{crunch_uid}").mkdir(parents=True)
+    options = Options("/proc", str(pods), str(tmp_path), False, False)
+    with (
+        cgroup("v2", _pod_path(web_uid)) as web,
+        cgroup("v2", _pod_path(crunch_uid)) as crunch,
+        Workload(web, "--busy", "1") as alone,
+        Workload(web, "--busy", "1", "--cpu", "1") as first,
+        Workload(web, "--busy", "1", "--cpu", "1") as second,
+        Workload(crunch, "--busy", "2") as neighbour,
+    ):
+        pids = (alone.pid, first.pid, second.pid, neighbour.pid)
+        loop = PassLoop(build_engine(options), interval=1.0)
+        before = {pid: _schedstat(pid) for pid in pids}
+        loop.run_pass()
+        after = {pid: _schedstat(pid) for pid in pids}
+        time.sleep(2.0)
+        ahead = {pid: _schedstat(pid) for pid in pids}
+        loop.run_pass()
+        behind = {pid: _schedstat(pid) for pid in pids}
+        with serving(loop) as port:
+            status, _, body = request(port, "/processes?namespace=shop&pod=web-0")
+            assert status == 200
+            mine = json.loads(body)
+            status, _, body = request(port, "/processes?sort=on_cpu_nanos&limit=3")
+            busiest = json.loads(body)
+            page = request(port, "/metrics")[2].decode()
+
+    rows = mine["processes"]
+    assert sorted(p["pid"] for p in rows) == sorted(pids[:3])
+    assert [p["run_delay_nanos"] for p in rows] == sorted(
+        (p["run_delay_nanos"] for p in rows), reverse=True
+    )
+    for row in rows:
+        pid = row["pid"]
+        for index, name in enumerate(("on_cpu_nanos", "run_delay_nanos")):
+            low = ahead[pid][index] - after[pid][index]
+            high = behind[pid][index] - before[pid][index]
+            assert low <= row[name] <= high, (pid, name, low, row[name], high)
+        assert row["group"] == {
+            "namespace": "shop", "pod": "web-0", "uid": web_uid, "qos": "burstable"
+        }  # fmt: skip
+    by_pid = {p["pid"]: p for p in rows}
+    for pid in (first.pid, second.pid):  # two busy processes on one CPU: each waits
+        assert by_pid[pid]["run_delay_nanos"] > 0.25 * by_pid[pid]["observed_nanos"]
+    print(
+        "\n"
+        + "\n".join(f"{p['pid']} on-CPU {p['on_cpu_nanos']} run delay {p['run_delay_nanos']}"
+                    for p in rows)
+    )  # fmt: skip
+
+    (group,) = mine["groups"]
+    gauges = {name: _gauge(page, f"procdelta_interval_{name}", web_uid) for name in FIELD_NAMES}
+    assert gauges == {name: sum(p[name] for p in rows) for name in SORT_FIELDS} | {
+        "processes": len(rows)
+    }
+    assert {name: group[name] for name in FIELD_NAMES} == gauges
+    assert busiest["processes"][0]["pid"] == neighbour.pid
+    assert busiest["processes"][0]["group"]["pod"] == "crunch-0"
+
+
+def _gauge(page: str, family: str, uid: str) -> int:
+    """The value of `family`'s series for the pod `uid` on a text page."""
+    for line in page.splitlines():
+        if line.startswith(family + "{") and f'uid="{uid}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError(f"{family} for {uid} not on the page")
