@@ -80,6 +80,7 @@ TEST_FILES = (
     "tests/test_fuzz.py",
     "tests/test_cgroup_kernel.py",
     "tests/test_waits.py",
+    "tests/test_processes.py",
     # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
     "tests/test_listener.py",
     "tests/test_webconfig.py",
@@ -102,6 +103,7 @@ LISTENER = "collector/listener.py"
 EXPORTER = "collector/exporter.py"
 WEBCONFIG = "collector/webconfig.py"
 WAITS = "collector/waits.py"
+PROCESSES = "collector/processes.py"
 
 
 @dataclass(frozen=True)
@@ -844,6 +846,43 @@ def _mutants() -> Iterator[Mutant]:
         "            node = node_interval(self._node_before, node_now, interval_ns)\n"
         "            self._node_before = node_now\n",
         "a pass that fails after its node reading leaves the next one a shorter busy time",
+    )  # fmt: skip
+    # -- collector/processes.py: the processes view -------------------------------------
+    yield m(
+        "processes/carried-left-out", PROCESSES,
+        "            if not matches(group) or not members:",
+        "            if True:",
+        "an idle pod's processes vanish from the view and its rows no longer sum to the pod",
+    )  # fmt: skip
+    yield m(
+        "processes/carried-share-remainder-lost", PROCESSES,
+        "fields = Fields(1, share + (index < extra))",
+        "fields = Fields(1, share)",
+        "the carried processes' observed time falls short of their group's",
+    )  # fmt: skip
+    yield m(
+        "processes/smallest-first", PROCESSES,
+        "return -getattr(row.fields, name), row.pid",
+        "return getattr(row.fields, name), row.pid",
+        "the processes that wait least are listed first, and the limit cuts the ones that wait",
+    )  # fmt: skip
+    yield m(
+        "processes/filters-ignored", PROCESSES,
+        "return all(labels.get(name) == value for name, value in self.filters)",
+        "return True",
+        "a pod's view lists every process on the node",
+    )  # fmt: skip
+    yield m(
+        "processes/unsummed-listed", PROCESSES,
+        "            if group is None:\n                return False\n",
+        "            if group is None:\n                return not query.filters\n",
+        "processes left out of the sums (--pods-only, unplaced) are listed as a group's",
+    )  # fmt: skip
+    yield m(
+        "exporter/view-on-the-event-loop", EXPORTER,
+        "        return Deferred(answer)",
+        "        return answer()",
+        "a slow view holds the event loop, and every scrape of /metrics waits for it",
     )  # fmt: skip
 
 

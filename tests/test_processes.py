@@ -17,14 +17,17 @@ import pytest
 
 from collector import webconfig
 from collector.exporter import PassLoop
-from collector.model import FIELD_NAMES, Fields
+from collector.groups import Group
+from collector.model import FIELD_NAMES, Fields, ProcessReading, ThreadReading
 from collector.processes import (
     DEFAULT_LIMIT,
     SORT_FIELDS,
     PassView,
+    ProcessTable,
     Query,
     QueryError,
 )
+from collector.tracker import ProcessDelta
 from collector.wiring import Options, build_engine
 from tests.cgroups import Workload, cgroup
 from tests.net import free_port, request, start_serve, wait_until
@@ -374,3 +377,32 @@ def _gauge(page: str, family: str, uid: str) -> int:
         if line.startswith(family + "{") and f'uid="{uid}"' in line:
             return int(float(line.rsplit(" ", 1)[1]))
     raise AssertionError(f"{family} for {uid} not on the page")
+
+
+def _reading(pid: int, cgroup: bytes = b"0::/a\n", threads: int = 1) -> ProcessReading:
+    thread = ThreadReading(pid, 1, 0, 0, 0, 0, 0, 0, 0)
+    return ProcessReading(pid, f"p{pid}", 1, 0, 0, 0, 0, 0, cgroup, (thread,) * threads)
+
+
+def test_carried_processes_share_their_blocks_time_and_unsummed_ones_are_not_listed():
+    """A block of three carried processes observed 10 ns in all: 4, 3 and 3 (their sum
+    is the block's, exactly). A process the pass left out of every sum (`--pods-only`,
+    unplaced: its group None) is not listed, filters or not."""
+    pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
+    table = ProcessTable(
+        deltas=(
+            ProcessDelta(_reading(7, threads=3), Fields(1, 5, 9, 4), False),
+            ProcessDelta(_reading(8), Fields(1, 5, 1, 1), False),
+        ),
+        group_of_pid={7: pod, 8: None, 10: pod, 11: pod, 12: pod},
+        carried={b"0::/a\n": [3, 10]},
+        carried_members={b"0::/a\n": {pid: _reading(pid) for pid in (12, 10, 11)}},
+        carried_groups={b"0::/a\n": pod},
+    )
+    for query in (Query(limit=None), Query((("pod", "p"),), limit=None)):
+        rows = table.rows(query)
+        assert [(r.pid, r.threads, r.fields.observed_nanos) for r in rows] == [
+            (7, 3, 5), (10, 1, 4), (11, 1, 3), (12, 1, 3)
+        ]  # fmt: skip
+    assert table.rows(Query((("pod", "q"),))) == []
+    assert [r.pid for r in table.rows(Query(sort="observed_nanos", limit=2))] == [7, 10]
