@@ -18,7 +18,7 @@ import cloup
 
 from collector import __version__
 from collector.engine import Engine, PassResult
-from collector.privileges import own_missing_capabilities
+from collector.privileges import own_missing_capabilities, refused_reads
 from collector.wiring import Options, build_engine, node_cpus, node_sources
 
 log = logging.getLogger("procdelta")
@@ -252,9 +252,15 @@ def cli() -> None:
         show_default=True,
         help="Output: a table for a person, JSON, or the /metrics exposition.",
     ),
+    _option(
+        "--wide",
+        "wide",
+        is_flag=True,
+        help="The table with every field, group names whole (wider than 80 columns).",
+    ),
 )
 @shared_options
-def once(options: Options, interval: float, output_format: str) -> None:
+def once(options: Options, interval: float, output_format: str, wide: bool) -> None:
     """Print what every group did over one interval: a first look, no server.
 
     Two passes INTERVAL seconds apart, then the interval of every group as a table, JSON or
@@ -267,16 +273,24 @@ def once(options: Options, interval: float, output_format: str) -> None:
     found = node_sources(options, engine)
     if output_format == "prometheus":
         loop = PassLoop(
-            engine, interval, shapes=options.shapes, sources=found, cpus=node_cpus(options)
+            engine,
+            interval,
+            shapes=options.shapes,
+            sources=found,
+            cpus=node_cpus(options),
+            say_denied=False,
         )
-        run_once(engine, interval, time.sleep, run_pass=loop.run_pass)
-        click.echo(loop.snapshot().text, nl=False)
-        return
-    result = run_once(engine, interval, time.sleep)
-    if output_format == "json":
-        click.echo(output.as_json(result, cgroup_fields=options.cgroup))
+        result = run_once(engine, interval, time.sleep, run_pass=loop.run_pass)
+        text = loop.snapshot().text
+    elif output_format == "json":
+        result = run_once(engine, interval, time.sleep)
+        text = output.as_json(result, cgroup_fields=options.cgroup) + "\n"
     else:
-        click.echo(output.as_table(result, cgroup_fields=options.cgroup))
+        result = run_once(engine, interval, time.sleep)
+        text = output.as_table(result, cgroup_fields=options.cgroup, wide=wide) + "\n"
+    if result.denied:
+        log.warning("%s", refused_reads(result.denied, own_missing_capabilities()))
+    click.echo(text, nl=False)
 
 
 def raise_open_files_limit() -> None:

@@ -39,6 +39,8 @@ from collector.exposition import (
 from collector.groups import Group
 from collector.listener import Deferred, Limits, Listener, Request, Response, plain
 from collector.model import CgroupFields, Fields
+from collector.output import counted
+from collector.privileges import refused_reads
 from collector.processes import PassView, Query, QueryError
 from collector.webconfig import WebConfig
 
@@ -92,6 +94,7 @@ class PassLoop:
         shapes: Shapes | None = None,
         sources: Mapping[str, bool] | None = None,
         cpus: Callable[[], int | None] = lambda: None,
+        say_denied: bool = True,
     ):
         self.engine = engine
         self.cpus = cpus  # the node's online CPUs, read after each pass (sources.online_cpus)
@@ -113,7 +116,7 @@ class PassLoop:
         self._snapshot = self._render(completed_at=None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._warned_denied = False
+        self._warned_denied = not say_denied  # the caller says it otherwise
 
     def set_sources(self, sources: Mapping[str, bool]) -> None:
         """What the node provides (`procdelta_source_available`), found at start-up."""
@@ -131,7 +134,7 @@ class PassLoop:
         age = self.monotonic() - snapshot.completed_at
         if age > HEALTHY_INTERVALS * self.interval:
             return False, f"last pass completed {age:.1f}s ago (interval {self.interval:g}s)"
-        return True, f"ok: {snapshot.passes} passes, last {age:.1f}s ago"
+        return True, f"ok: {counted(snapshot.passes, 'pass', 'passes')}, last {age:.1f}s ago"
 
     def run_pass(self) -> PassResult | None:
         """One pass, published. A failed pass is logged and counted, never raised."""
@@ -175,9 +178,9 @@ class PassLoop:
         if result.denied and not self._warned_denied:
             self._warned_denied = True
             log.info(
-                "%d processes refused a read (permission denied); each pass counts them in "
+                "%s; each pass counts them in "
                 'procdelta_dropped_deltas_total{reason="unreadable"}',
-                result.denied,
+                refused_reads(result.denied, []),
             )
         return result
 

@@ -10,14 +10,26 @@ from collector.processes import group_row
 
 
 def as_json(result: PassResult, cgroup_fields: bool = True) -> str:
-    """A list of objects: the group's labels under "group", then the §3 fields by name,
-    then (unless the cgroup fields are off) the §7 fields, null where the group's cgroup
-    has no such file or gave no delta this interval. A group whose cgroup gave a delta
-    but no process of which contributed has its §3 fields at 0 (a sum over nothing)."""
-    rows = [
-        group_row(group, fields, cgroup, cgroup_fields) for group, fields, cgroup in result.ranked()
-    ]
-    return json.dumps(rows, indent=2)
+    """docs/reference.md §6: an object with the interval's length (`interval_seconds`),
+    the unix time of its second pass (`timestamp`), and `groups`: per group its labels
+    under "group", then the §3 fields by name, then (unless the cgroup fields are off)
+    the §7 fields, null where the group's cgroup has no such file or gave no delta this
+    interval. A group whose cgroup gave a delta but no process of which contributed has
+    its §3 fields at 0 (a sum over nothing)."""
+    document = {
+        "interval_seconds": None if result.interval_ns is None else result.interval_ns / 1e9,
+        "timestamp": result.finished_at,
+        "groups": [
+            group_row(group, fields, cgroup, cgroup_fields)
+            for group, fields, cgroup in result.ranked()
+        ],
+    }
+    return json.dumps(document, indent=2)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 group`, `2 groups`: a count and its noun, singular for one."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _seconds(nanos: int) -> str:
@@ -73,11 +85,15 @@ _COLUMNS = (
     ("READ", "read_bytes"),
     ("WRITE", "write_bytes"),
 )
+_NARROW = ("PROCS", "ON-CPU", "RUN-DELAY")
+"""The process columns of the default table (80 columns); `--wide` shows every one."""
+_NARROW_WITHOUT_CGROUP = (*_NARROW, "USER", "SYSTEM", "READ", "WRITE")
 # What the group's own cgroup adds (docs/reference.md §7): its CPU, exited processes
-# included, beside
-# the sums' ON-CPU; time throttled by its own quota and the periods throttled out of
-# those with runnable tasks; time some of its tasks waited for a CPU (PSI).
+# included, beside the sums' ON-CPU; time throttled by its own quota and the periods
+# throttled out of those with runnable tasks; time some of its tasks waited for a CPU (PSI).
 _CGROUP_COLUMNS = ("CGROUP-CPU", "THROTTLED", "THR-PERIODS", "CPU-WAIT")
+_NARROW_CGROUP = ("CGROUP-CPU", "THR-PERIODS")
+MIN_GROUP_WIDTH = 16
 
 
 def _cell(field: str, value: int) -> str:
@@ -108,25 +124,43 @@ def _cgroup_cells(cgroup: CgroupFields | None) -> list[str]:
     ]
 
 
-def as_table(result: PassResult, max_group_width: int = 60, cgroup_fields: bool = True) -> str:
+def _shorten(name: str, width: int) -> str:
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    return name[: keep - keep // 2] + "…" + name[len(name) - keep // 2 :]
+
+
+def as_table(
+    result: PassResult, cgroup_fields: bool = True, wide: bool = False, width: int = 80
+) -> str:
     """One row per group, the biggest CPU consumers first, in human units; then what
-    the group's own cgroup says ("-": no such file, or no delta yet)."""
+    the group's own cgroup says ("-": no such file, or no delta yet). Fits `width`
+    columns (group names shortened in the middle), unless `wide`: every field, names
+    whole."""
     interval = "" if result.interval_ns is None else f" over {result.interval_ns / 1e9:.2f}s"
-    rows = []
-    for group, fields, cgroup in result.ranked():
-        name = group_name(group.label_dict())
-        if len(name) > max_group_width:
-            keep = (max_group_width - 1) // 2
-            name = name[:keep] + "…" + name[-keep:]
-        row = [name] + [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f]
-        if cgroup_fields:
-            row += _cgroup_cells(cgroup)
-        rows.append(row)
     header = [title for title, _ in _COLUMNS]
     if cgroup_fields:
         header += _CGROUP_COLUMNS
+    rows = []
+    for group, fields, cgroup in result.ranked():
+        row = [group_name(group.label_dict())]
+        row += [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f]
+        if cgroup_fields:
+            row += _cgroup_cells(cgroup)
+        rows.append(row)
+    if not wide:
+        shown = _NARROW + _NARROW_CGROUP if cgroup_fields else _NARROW_WITHOUT_CGROUP
+        keep = [0] + [header.index(title) for title in shown]
+        header = [header[i] for i in keep]
+        rows = [[row[i] for i in keep] for row in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [f"{len(rows)} groups{interval}; time is process-time (sums, not rates)"]
+    if not wide:
+        room = width - sum(widths[1:]) - 2 * (len(widths) - 1)
+        widths[0] = max(len(header[0]), min(widths[0], max(room, MIN_GROUP_WIDTH)))
+        for row in rows:
+            row[0] = _shorten(row[0], widths[0])
+    lines = [f"{counted(len(rows), 'group')}{interval}; time is process-time (sums, not rates)"]
     for row in [header, *rows]:
         cells = [row[0].ljust(widths[0])] + [
             c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)

@@ -37,3 +37,16 @@ def own_missing_capabilities(status_path: str = "/proc/self/status") -> list[str
             return missing_capabilities(parse_effective_capabilities(status.read()))
     except (OSError, Malformed):
         return list(NEEDED.values())
+
+
+def refused_reads(denied: int, missing: list[str]) -> str:
+    """The line that says processes were left out for want of privileges, and the fix."""
+    many = denied != 1
+    line = (
+        f"{denied} {'processes' if many else 'process'} refused a read (permission denied): "
+        f"{'their deltas are' if many else 'its delta is'} left out of the sums"
+    )
+    if missing:
+        grant = ", ".join(name.removeprefix("CAP_") for name in missing)
+        line += f"; run as root, or grant {grant} (this process lacks {' and '.join(missing)})"
+    return line

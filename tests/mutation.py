@@ -641,7 +641,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "aggregate/carried-delta-dropped", AGGREGATE,
-        "group = _group_of_carried(grouper, delta.reading.cgroup)",
+        "group = group_of_pid[delta.reading.pid] = _group_of_carried(\n"
+        "                grouper, delta.reading.cgroup\n            )",
         "continue",
         "the delta of a carried reading the guard had not accepted is lost",
     )  # fmt: skip

@@ -268,7 +268,7 @@ def test_a_reader_in_its_own_pod_finds_every_process_of_it(tmp_path, cgroupns):
         assert sibling.process.poll() is None
     assert result.returncode == 0, result.stderr
     assert "could not find" not in result.stderr
-    groups = json.loads(result.stdout)
+    groups = json.loads(result.stdout)["groups"]
     (own,) = [g for g in groups if g["group"].get("uid") == uid]
     assert own["group"] == {
         "namespace": "monitoring",

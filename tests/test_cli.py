@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_options_from_the_environment():
         },
     )
     assert result.returncode == 0, result.stderr
-    groups = [row["group"] for row in json.loads(result.stdout)]
+    groups = [row["group"] for row in json.loads(result.stdout)["groups"]]
     assert groups and all("uid" in group for group in groups)
     assert {"namespace": "shop", "pod": "cart-7d9f"} in [
         {"namespace": g["namespace"], "pod": g["pod"]} for g in groups
@@ -88,7 +89,11 @@ def test_env_interval_is_validated_too():
 def test_once_on_this_machine_prints_every_field():
     result = procdelta("once", "--interval", "0.2", "--format", "json")
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert list(document) == ["interval_seconds", "timestamp", "groups"]
+    assert 0.2 <= document["interval_seconds"] < 5
+    assert abs(document["timestamp"] - time.time()) < 30
+    rows = document["groups"]
     assert rows, "this machine has processes, so at least one group"
     for row in rows:
         assert list(row) == ["group", *FIELDS, *CGROUP_FIELDS]
@@ -99,13 +104,13 @@ def test_once_on_this_machine_prints_every_field():
 def test_without_the_cgroup_collector_json_has_the_process_fields_only():
     result = procdelta("once", "--interval", "0.2", "--format", "json", "--no-collector.cgroup")
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["groups"]
     assert rows and all(list(row) == ["group", *FIELDS] for row in rows)
     env = procdelta(
         "once", "--interval", "0.2", "--format", "json", env={"PROCDELTA_COLLECTOR_CGROUP": "false"}
     )
     assert env.returncode == 0, env.stderr
-    assert all(list(row) == ["group", *FIELDS] for row in json.loads(env.stdout))
+    assert all(list(row) == ["group", *FIELDS] for row in json.loads(env.stdout)["groups"])
 
 
 def test_without_pressure_no_pressure_field_and_no_source_for_it():
@@ -126,10 +131,34 @@ def test_both_export_shapes_off_is_refused():
     assert_one_line_error(result, "keep one of them")
 
 
-def test_table_is_the_default():
+def test_table_is_the_default_and_fits_80_columns():
     result = procdelta("once", "--interval", "0.2")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1].split()[:4] == ["GROUP", "PROCS", "OBSERVED", "ON-CPU"]
+    lines = result.stdout.splitlines()
+    header = ["GROUP", "PROCS", "ON-CPU", "RUN-DELAY", "CGROUP-CPU", "THR-PERIODS"]
+    assert lines[1].split() == header
+    assert max(len(line) for line in lines) <= 80, result.stdout
+    plain = procdelta("once", "--interval", "0.2", "--no-collector.cgroup").stdout.splitlines()
+    assert max(len(line) for line in plain) <= 80
+    assert plain[1].split()[-2:] == ["READ", "WRITE"]
+    wide = procdelta("once", "--interval", "0.2", "--wide").stdout.splitlines()
+    assert wide[1].split()[:4] == ["GROUP", "PROCS", "OBSERVED", "ON-CPU"]
+    assert wide[1].split()[-1] == "CPU-WAIT"
+
+
+def test_refused_processes_are_said_on_stderr_in_every_format():
+    """Without root's privileges most processes refuse `io`: one line says how many and
+    what to grant, whatever the output format."""
+    for output_format in ("table", "json", "prometheus"):
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             sys.executable, "-m", "collector", "once", "--interval", "0.1",
+             "--format", output_format],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if "refused a read" in line]
+        assert "processes refused" in line and "SYS_PTRACE" in line and "run as root" in line
 
 
 def test_help_and_version():

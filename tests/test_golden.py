@@ -37,11 +37,12 @@ def test_once_json_golden(name, per_container, update_golden):
     check_golden(name, output.as_json(result) + "\n", update_golden)
 
 
-def test_once_table_golden(update_golden):
+@pytest.mark.parametrize(("name", "wide"), [("once.txt", False), ("once-wide.txt", True)])
+def test_once_table_golden(name, wide, update_golden):
     run = FixtureRun()
-    check_golden(
-        "once.txt", output.as_table(run_once(run.engine, 10.0, run.sleep)) + "\n", update_golden
-    )
+    table = output.as_table(run_once(run.engine, 10.0, run.sleep), wide=wide)
+    assert wide or max(map(len, table.splitlines())) <= 80
+    check_golden(name, table + "\n", update_golden)
 
 
 def test_fixture_pass_counts_every_refusal_reason():
@@ -86,7 +87,7 @@ def test_cli_once_json_over_the_fixture_tree():
     tree = CgroupTree(MAIN)  # stays at its first pass: nothing moves
     result = runner.invoke(cli, [*args, "--path.cgroupfs", str(tree.root)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["groups"]
     assert rows and [list(row) for row in rows] == [["group", *FIELDS, *CGROUP_FIELDS]] * len(rows)
     groups = {json.dumps(row["group"], sort_keys=True) for row in rows}
     assert json.dumps({"cgroup": "/system.slice/odd.service"}) in groups

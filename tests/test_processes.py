@@ -306,8 +306,8 @@ def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
     /processes is asked over HTTP. The pod's processes are listed by run delay, each with
     the on-CPU and run delay the kernel gave it between the passes (bracketed by the
     threads' `schedstat` read just before and after each pass), the pair's waits the
-    longest; they add up to the pod's interval gauges of the same pass; and the busiest
-    process on the node is the neighbour's."""
+    longest; they add up to the pod's interval gauges of the same pass; and, node-wide
+    by on-CPU, the neighbour's process comes first of the test's."""
     pods = tmp_path / "pods"
     web_uid, crunch_uid = str(uuid.uuid4()), str(uuid.uuid4())
     (pods / f"shop_web-0_{web_uid}").mkdir(parents=True)
@@ -334,7 +334,7 @@ def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
             status, _, body = request(port, "/processes?namespace=shop&pod=web-0")
             assert status == 200
             mine = json.loads(body)
-            status, _, body = request(port, "/processes?sort=on_cpu_nanos&limit=3")
+            status, _, body = request(port, "/processes?sort=on_cpu_nanos&limit=0")
             busiest = json.loads(body)
             page = request(port, "/metrics")[2].decode()
 
@@ -367,8 +367,15 @@ def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
         "processes": len(rows)
     }
     assert {name: group[name] for name in FIELD_NAMES} == gauges
-    assert busiest["processes"][0]["pid"] == neighbour.pid
-    assert busiest["processes"][0]["group"]["pod"] == "crunch-0"
+    # Node-wide by on-CPU, the neighbour's process first of the test's: first of all on a
+    # quiet machine, behind only what else ran more (a loaded one's own work)
+    ranked = busiest["processes"]
+    keys = [(-p["on_cpu_nanos"], p["pid"]) for p in ranked]
+    assert keys == sorted(keys) and len({tuple(p["group"].items()) for p in ranked}) > 2
+    ours = [p for p in ranked if p["pid"] in pids]
+    assert ours[0]["pid"] == neighbour.pid and ours[0]["group"]["pod"] == "crunch-0"
+    ahead = ranked[: ranked.index(ours[0])]
+    print("ahead of the neighbour:", [(p["pid"], p["comm"], p["on_cpu_nanos"]) for p in ahead])
 
 
 def _gauge(page: str, family: str, uid: str) -> int:
