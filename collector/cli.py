@@ -16,7 +16,7 @@ from collections.abc import Callable
 import click
 import cloup
 
-from collector import __version__
+from collector import __version__, logs
 from collector.engine import Engine, PassResult
 from collector.privileges import own_missing_capabilities, refused_reads
 from collector.wiring import Options, build_engine, node_cpus, node_sources
@@ -35,7 +35,18 @@ def _env(option: str) -> str:
 
 
 def _option(flag: str, name: str, **kwargs):
+    """An option that its environment variable also sets; a switch's default shown as
+    on or off."""
+    if kwargs.get("is_flag") or "/" in flag:
+        kwargs.setdefault("default", False)
+        kwargs["show_default"] = "on" if kwargs["default"] else "off"
     return click.option(flag, name, envvar=_env(flag), show_envvar=True, **kwargs)
+
+
+class BadInput(click.UsageError):
+    """A value the command cannot take (a flag's, or its environment variable's): one
+    line, exit status 2, like every other mistake in the invocation (docs/operating.md,
+    "Exit status")."""
 
 
 def shared_options(command: Callable) -> Callable:
@@ -133,6 +144,14 @@ def shared_options(command: Callable) -> Callable:
             show_default=True,
             help="Only log messages of this severity or above.",
         ),
+        _option(
+            "--log.format",
+            "log_format",
+            type=click.Choice(logs.FORMATS),
+            default="logfmt",
+            show_default=True,
+            help="Output format of log messages.",
+        ),
     )
     @functools.wraps(command)
     def wrapper(
@@ -147,12 +166,13 @@ def shared_options(command: Callable) -> Callable:
         per_container,
         pods_only,
         log_level,
+        log_format,
         **kw,
     ):
-        _configure_logging(log_level)
+        logs.configure(log_level, log_format)
         _check_procfs(procfs)
         if not (interval_gauges or totals):
-            raise click.ClickException(
+            raise BadInput(
                 "--no-export.interval-gauges with --no-export.totals exports no per-group "
                 "field at all: keep one of them"
             )
@@ -173,24 +193,14 @@ def shared_options(command: Callable) -> Callable:
     return wrapper
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, "WARNING" if level == "warn" else level.upper()),
-        format="%(asctime)s level=%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def _check_procfs(root: str) -> None:
     """Refuse a `--path.procfs` that is no proc filesystem, judged by what it holds."""
     try:
         entries = os.listdir(root)
     except OSError as error:
-        raise click.ClickException(f"--path.procfs {root}: {error.strerror}") from None
+        raise BadInput(f"--path.procfs {root}: {error.strerror}") from None
     if not any(name.isdigit() and os.path.isdir(os.path.join(root, name)) for name in entries):
-        raise click.ClickException(
-            f"--path.procfs {root}: not a proc filesystem (no process directories)"
-        )
+        raise BadInput(f"--path.procfs {root}: not a proc filesystem (no process directories)")
 
 
 def _positive_interval(_ctx, _param, value: float) -> float:
@@ -231,13 +241,16 @@ def run_once(
     return result
 
 
-@cloup.group(context_settings={"help_option_names": ["-h", "--help"]})
+@cloup.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="procdelta")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Per-pod process counters for Prometheus: deltas of /proc counters taken on the node.
 
     Start with `procdelta once`; run `procdelta serve` for Prometheus.
     """
+    if ctx.invoked_subcommand is None:  # bare `procdelta`: its usage, as node_exporter's -h
+        click.echo(ctx.get_help())
 
 
 @cli.command()
@@ -360,16 +373,16 @@ def serve(
     A pass every INTERVAL seconds in the background; a scrape reads the last one's page.
     """
     from collector import webconfig
-    from collector.exporter import ListenAddressError, PassLoop, make_server
+    from collector.exporter import CannotBind, ListenAddressError, PassLoop, make_server
     from collector.listener import Limits
 
     try:
         web = webconfig.load(web_config_file) if web_config_file else None
     except webconfig.WebConfigError as error:
-        raise click.ClickException(f"--web.config.file {error}") from None
+        raise BadInput(f"--web.config.file {error}") from None
 
     if not telemetry_path.startswith("/") or telemetry_path in ("/", "/healthz", "/processes"):
-        raise click.ClickException(
+        raise BadInput(
             f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
             "/, /healthz and /processes"
         )
@@ -386,8 +399,10 @@ def serve(
             processes=processes,
             cgroup_fields=options.cgroup,
         )
-    except ListenAddressError as error:
+    except CannotBind as error:  # a right address the host refuses: in use, say
         raise click.ClickException(f"--web.listen-address {error}") from None
+    except ListenAddressError as error:
+        raise BadInput(f"--web.listen-address {error}") from None
     host, port = server.server_address[:2]
     log.info(
         "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
@@ -488,12 +503,29 @@ def bench(rounds: int, pause: float, quick: bool, output: str | None) -> None:
     benchmark.run(rounds, pause, quick, click.echo, output)
 
 
+def error_line(error: click.ClickException) -> str:
+    """The one line an error prints. A bad value names where it came from: the flag the
+    user typed, or the environment variable that set it (click names both either way)."""
+    if isinstance(error, click.BadParameter) and error.param is not None and error.ctx:
+        param = error.param
+        flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        source = error.ctx.get_parameter_source(param.name)
+        if source is click.core.ParameterSource.ENVIRONMENT:
+            envvar = param.envvar if isinstance(param.envvar, str) else _env(flag)
+            where = f"{envvar} (for {flag})"
+        else:
+            where = flag
+        return f"{where}: {error.message}"
+    return error.format_message()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: click's errors become one line on stderr and a non-zero exit."""
+    """Entry point: click's errors become one line on stderr and a non-zero exit (2: the
+    invocation is wrong; 1: the work could not be done; docs/operating.md)."""
     try:
         code = cli.main(args=argv, prog_name="procdelta", standalone_mode=False)
     except click.ClickException as error:
-        click.echo(f"procdelta: error: {error.format_message()}", err=True)
+        click.echo(f"procdelta: error: {error_line(error)}", err=True)
         sys.exit(error.exit_code)
     except (click.Abort, KeyboardInterrupt):
         sys.exit(130)

@@ -178,8 +178,7 @@ class PassLoop:
         if result.denied and not self._warned_denied:
             self._warned_denied = True
             log.info(
-                "%s; each pass counts them in "
-                'procdelta_dropped_deltas_total{reason="unreadable"}',
+                '%s; each pass counts them in procdelta_dropped_deltas_total{reason="unreadable"}',
                 refused_reads(result.denied, []),
             )
         return result
@@ -371,6 +370,10 @@ class ListenAddressError(ValueError):
     """A `--web.listen-address` that is malformed, unresolvable or cannot be bound."""
 
 
+class CannotBind(ListenAddressError):
+    """A well-formed address the host refuses to bind (in use, not its own)."""
+
+
 def parse_listen_address(address: str) -> tuple[str, int]:
     """`host:port`, `[v6]:port` or `:port` (every interface)."""
     if address.startswith("["):
@@ -419,4 +422,4 @@ def make_server(
             if error.errno != errno.EAFNOSUPPORT:  # no such family here: try the next one
                 break
     reason = last_error.strerror if last_error else "cannot bind"
-    raise ListenAddressError(f"{address}: {reason}")
+    raise CannotBind(f"{address}: {reason}")

@@ -26,8 +26,12 @@ def procdelta(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode != 0
+def assert_one_line_error(
+    result: subprocess.CompletedProcess, *words: str, status: int = 2
+) -> None:
+    """One line on stderr holding `words`, nothing on stdout, and the exit status: 2 for a
+    wrong invocation (the default), 1 for work that could not be done."""
+    assert result.returncode == status, (result.returncode, result.stderr)
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -83,7 +87,24 @@ def test_options_from_the_environment():
 
 
 def test_env_interval_is_validated_too():
-    assert_one_line_error(procdelta("once", env={"PROCDELTA_INTERVAL": "0"}), "> 0")
+    result = procdelta("once", env={"PROCDELTA_INTERVAL": "0"})
+    assert_one_line_error(result, "PROCDELTA_INTERVAL (for --interval)", "> 0")
+    typed = procdelta("once", "--interval", "0", env={"PROCDELTA_INTERVAL": "1"})
+    assert_one_line_error(typed, "--interval: must be > 0")
+    assert "PROCDELTA_INTERVAL" not in typed.stderr
+
+
+def test_bare_procdelta_prints_its_usage():
+    result = procdelta()
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("Usage: procdelta") and "serve" in result.stdout
+
+
+def test_switch_defaults_read_on_or_off():
+    text = " ".join(procdelta("once", "--help").stdout.split())
+    assert "PROCDELTA_COLLECTOR_CGROUP; default: (on)]" in text
+    assert "PROCDELTA_PODS_ONLY; default: (off)]" in text
+    assert "default: collector.cgroup" not in text
 
 
 def test_once_on_this_machine_prints_every_field():

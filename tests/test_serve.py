@@ -251,7 +251,7 @@ def test_listen_address_in_use():
         taken.listen()
         port = taken.getsockname()[1]
         result = run_serve("--web.listen-address", f"127.0.0.1:{port}")
-    assert_one_line_error(result, "--web.listen-address", "in use")
+    assert_one_line_error(result, "--web.listen-address", "in use", status=1)
 
 
 @pytest.mark.parametrize(
