@@ -388,3 +388,35 @@ def test_the_inhibition_example_matches_the_alerts_labels():
     # the tests show pods silenced and pods spared, and every label compared on both sides
     assert silenced and spared
     assert carried == {k for rule in rules for k in rule["equal"]}
+
+
+def test_every_reason_and_source_the_code_defines_is_in_the_reference():
+    """The reasons a delta is withheld (processes, threads, cgroups) and the sources the
+    node is probed for, each backticked in reference.md §5's row of its family, and the
+    troubleshooting page says what to do about each."""
+    from collector import sources
+    from collector.cgroupfs import detect
+    from collector.model import CGROUP_REFUSAL_REASONS, REFUSAL_REASONS, THREAD_REFUSAL_REASONS
+
+    rows = {
+        names[0]: row[-1]
+        for row in table_rows(section(5))
+        if (names := re.findall(r"`(\w+)`", row[0]))
+    }
+    process_reasons = set(
+        re.findall(r"`(\w+)`", section(2) + rows["procdelta_dropped_deltas_total"])
+    )
+    assert set(REFUSAL_REASONS) <= process_reasons
+    assert set(THREAD_REFUSAL_REASONS) <= process_reasons
+    assert set(CGROUP_REFUSAL_REASONS) <= set(
+        re.findall(r"`(\w+)`", rows["procdelta_dropped_cgroup_deltas_total"])
+    )
+    probed = {
+        *sources.probe_procfs("/proc"),
+        *sources.probe_cgroups(detect("/sys/fs/cgroup")),
+        "cgroup_namespace_root",  # collector/wiring.py node_sources
+    }
+    assert probed == set(re.findall(r"`(\w+)`", rows["procdelta_source_available"])) - {"source"}
+    troubleshooting = (ROOT / "docs" / "troubleshooting.md").read_text()
+    for name in (*REFUSAL_REASONS, *CGROUP_REFUSAL_REASONS, *probed):
+        assert f"`{name}`" in troubleshooting, name
