@@ -9,18 +9,22 @@ chart rendered (deploy/generate.py); the last tests fail when they are stale.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import helm_python
 import pytest
 import yaml
 
-from tests.manifests import assert_least_privilege
+from tests.manifests import assert_least_privilege, assert_paths_from_env, environment
+from tests.net import free_port, request, wait_until
 from tests.promtools import binary
 
 ROOT = Path(__file__).parent.parent
@@ -185,6 +189,7 @@ def test_every_rendering_keeps_the_least_privilege(rendering):
         procfs=paths.get("proc", "/proc"),
         cgroupfs=paths.get("cgroupfs", "/sys/fs/cgroup"),
     )
+    assert_paths_from_env(only(objects, "DaemonSet"))
 
 
 def test_options_reach_the_pod():
@@ -203,11 +208,12 @@ def test_options_reach_the_pod():
     for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
                    "--no-collector.cgroup.pressure", "--web.listen-address=:9800",
                    "--web.config.file=/etc/procdelta/web/web.yml",
-                   "--web.max-requests=10"):  # fmt: skip
+                   "--web.max-requests=10", "--no-web.processes"):  # fmt: skip
         assert wanted in args
     assert args[-1] == "--no-export.interval-gauges"  # extraArgs come last: they win
     assert "--no-collector.cgroup" not in args
     assert {"name": "TZ", "value": "UTC"} in container["env"]
+    assert environment(container)["PROCDELTA_PATH_PROCFS"] == "/host/proc"  # extraEnv beside
     assert container["ports"] == [{"name": "metrics", "containerPort": 9800, "protocol": "TCP"}]
     # the Secret mounted read-only where the flag points; probes cannot pass basic auth
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/procdelta/web")
@@ -226,11 +232,84 @@ def test_every_procdelta_flag_the_chart_passes_exists():
 
     serve = cli.commands["serve"]
     flags = {flag for param in serve.params for flag in param.opts + param.secondary_opts}
+    variables = {param.envvar for param in serve.params if param.envvar}
     for values in VALUES.values():
         (container,) = only(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
         assert container["args"][0] == serve.name
         for arg in container["args"][1:]:
             assert arg.split("=")[0] in flags, arg
+        extra = {v["name"] for v in values.get("extraEnv", [])}
+        for variable in environment(container).keys() - extra:
+            assert variable in variables, variable
+
+
+# -- the processes view ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serving_as_rendered(daemonset: dict) -> Iterator[tuple[int, int]]:
+    """The rendered DaemonSet's `procdelta serve` on this host: its arguments but the
+    listen address (127.0.0.1), its environment with each mounted path the host's path it
+    mounts; its port and PID."""
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    host = {
+        m["mountPath"]: volumes[m["name"]]["hostPath"]["path"] for m in container["volumeMounts"]
+    }
+    env = {name: host.get(value, value) for name, value in environment(container).items()}
+    port = free_port()
+    args = [
+        f"--web.listen-address=127.0.0.1:{port}" if a.startswith("--web.listen-address=") else a
+        for a in container["args"]
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 30, "a first pass")
+        yield port, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        finally:
+            process.kill()
+            process.stderr.close()
+
+
+def test_the_processes_view_is_on_by_default_and_a_value_turns_it_off(tmp_path):
+    """By default the DaemonSet's serve answers `/processes`, listing serve itself under
+    its own PID; `processes.enabled: false` renders `--no-web.processes`, and it answers 404."""
+    logs = {"podLogs": str(tmp_path / "pods"), "containerLogs": str(tmp_path / "containers")}
+    for path in logs.values():
+        os.mkdir(path)
+    values = {"procdelta": {"interval": 1}, "hostPaths": logs}
+    default = only(render(values), "DaemonSet")
+    assert "--no-web.processes" not in default["spec"]["template"]["spec"]["containers"][0]["args"]
+    with serving_as_rendered(default) as (port, pid):
+
+        def itself() -> dict | None:
+            status, _, body = request(port, "/processes?limit=0")
+            assert status == 200, body
+            rows = [row for row in json.loads(body)["processes"] if row["pid"] == pid]
+            return rows[0] if rows else None
+
+        row = wait_until(itself, 30, "serve listing itself")
+        assert row["threads"] >= 2 and row["on_cpu_nanos"] > 0
+        with open(f"/proc/{pid}/comm") as comm:
+            assert row["comm"] == comm.read().rstrip("\n")
+    off = only(render({**values, "processes": {"enabled": False}}), "DaemonSet")
+    (container,) = off["spec"]["template"]["spec"]["containers"]
+    assert "--no-web.processes" in container["args"]
+    with serving_as_rendered(off) as (port, _):
+        status, _, body = request(port, "/processes")
+        assert status == 404, body
+        assert request(port, "/metrics")[0] == 200
 
 
 def test_monitors_select_procdeltas_service_and_pods():
