@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -472,7 +473,13 @@ CAUSES_RULE_TESTS = RULE_TESTS.with_name("procdelta.causes.rules.test.yml")
 
 
 def rule_file(values: dict, path: Path) -> Path:
-    rule = only(render({"prometheusRule": {"enabled": True, **values}}), "PrometheusRule")
+    """The PrometheusRule's groups with these values, installed as the kustomize base and the
+    plain rule file are (namespace and release `procdelta`: the pod alerts' command names
+    them), for promtool."""
+    rule = only(
+        render({"prometheusRule": {"enabled": True, **values}}, namespace=generate.NAMESPACE),
+        "PrometheusRule",
+    )
     path.write_text(yaml.safe_dump(rule["spec"]))
     return path
 
@@ -718,6 +725,44 @@ def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     assert {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"} <= fired
     result = run_cases(tmp_path, rules, cases)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "through_processes"),
+    [
+        ({}, True),
+        ({"processes": {"enabled": False}}, False),
+        ({"procdelta": {"webConfig": {"secretName": "procdelta-web"}}}, False),
+    ],
+)
+def test_the_pod_alerts_name_the_command_that_runs_top_on_their_pod(values, through_processes):
+    """The starved and throttled pod alerts end with the one command of docs/findings.md:
+    procdelta's pod on the alert's node, found by the DaemonSet's namespace and selector,
+    runs `procdelta top` on the alert's pod; through its /processes where that is served
+    without a web configuration, else on top's own passes."""
+    objects = render({"prometheusRule": {"enabled": True}, "service": {"port": 9800}, **values})
+    daemonset = only(objects, "DaemonSet")
+    namespace = daemonset["metadata"]["namespace"]
+    rules = [r for g in only(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    for name in ("ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"):
+        (rule,) = [r for r in rules if r.get("alert") == name]
+        description = rule["annotations"]["description"]
+        # Prometheus fills in the alert's labels: here, the findings page's placeholders
+        for label, placeholder in (("node", "NODE"), ("namespace", "NAMESPACE"), ("pod", "POD")):
+            description = description.replace(f"{{{{ $labels.{label} }}}}", placeholder)
+        outer = shlex.split(description[description.index("kubectl ") :])
+        (target,) = [word for word in outer if word.startswith("$(")]
+        inner = shlex.split(target.removeprefix("$(").removesuffix(")"))
+        assert outer[:4] == ["kubectl", "-n", namespace, "exec"]
+        assert inner[:5] == ["kubectl", "-n", namespace, "get", "pod"]
+        selector = dict(label.split("=") for label in inner[inner.index("-l") + 1].split(","))
+        assert selector == daemonset["spec"]["selector"]["matchLabels"]
+        assert inner[inner.index("--field-selector") + 1] == "spec.nodeName=NODE"
+        command = outer[outer.index("--") + 1 :]
+        expected = ["procdelta", "top", "--pod", "NAMESPACE/POD"]
+        if through_processes:
+            expected[2:2] = ["--from", "http://127.0.0.1:9800"]
+        assert command == expected
 
 
 def test_the_alertmanager_config_inhibits_as_the_findings_page_says():
