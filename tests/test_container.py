@@ -148,7 +148,10 @@ def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
         (lambda pod, c: pod["volumes"][0]["hostPath"].update(type="Socket"), "hostPath"),
         (lambda pod, c: c["ports"][0].update(hostPort=9746), "port"),
         (lambda pod, c: c.update(env=[{"name": "A", "valueFrom": {}}]), "env"),
-        (lambda pod, c: c["env"].append({"name": "A", "value": "$(PROCDELTA_PATH_PROCFS)"}), "\\$"),
+        (
+            lambda pod, c: c["env"].append({"name": "A", "value": "$(PROCDELTA_PATH_PROCFS)"}),
+            "reference",
+        ),
     ],
 )
 def test_a_field_the_translation_does_not_know_fails_loudly(change, complaint):
@@ -713,7 +716,8 @@ def test_the_processes_view_answers_inside_the_pod(scene, mode):
 def test_a_command_run_in_the_pod_reads_the_hosts_proc_as_serve_does(scene, mode):
     """`procdelta once` run in the container takes the paths from the environment the
     DaemonSet gives it: the host's /proc, cgroups and pod names, so it sees the neighbour
-    pod, named, with its cgroup's CPU."""
+    pod's processes (the container's own /proc shows none of them), named, and its own
+    pod's cgroup."""
     collector = scene.collectors[mode]
     text = run_inside(
         collector, "procdelta", "once", "--interval=1", "--pods-only", "--format=json"
@@ -721,6 +725,7 @@ def test_a_command_run_in_the_pod_reads_the_hosts_proc_as_serve_does(scene, mode
     groups = {row["group"].get("uid"): row for row in json.loads(text)}
     for pod in (scene.neighbour, collector.pod):
         assert groups[pod.uid]["group"] == pod.labels, f"no {pod.labels} in once's groups"
+        assert groups[pod.uid]["processes"] >= 2, groups[pod.uid]  # each pod's two at least
     assert groups[collector.pod.uid]["cgroup_cpu_nanos"] > 0
     # `procdelta top --from http://127.0.0.1:9746 --pod <namespace>/<pod> --format json`,
     # run the same way, is checked here once the command exists: the pod's processes and
