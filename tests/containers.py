@@ -329,6 +329,8 @@ def _env(variables: list[dict]) -> list[str]:
     for variable in variables:
         if set(variable) - {"name", "value"}:
             raise UnsupportedSpec(f"env {variable!r} (only name and value are known)")
+        if "$(" in variable.get("value", ""):  # kubelet expands $(NAME); podman would not
+            raise UnsupportedSpec(f"env {variable!r} (a $(NAME) reference)")
         flags.append(f"--env={variable['name']}={variable.get('value', '')}")
     return flags
 

@@ -104,6 +104,12 @@ def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
     assert run.args == container["args"]
     assert run.ports == {9746: 40001, "metrics": 40001}
     assert run.options == [
+        # the paths as the environment of the container, where `podman exec` (as `kubectl
+        # exec`) finds them too
+        "--env=PROCDELTA_PATH_PROCFS=/host/proc",
+        "--env=PROCDELTA_PATH_CGROUPFS=/host/sys/fs/cgroup",
+        "--env=PROCDELTA_PATH_POD_LOGS=/var/log/pods",
+        "--env=PROCDELTA_PATH_CONTAINER_LOGS=/var/log/containers",
         "--publish=127.0.0.1:40001:9746/tcp",
         "--security-opt=no-new-privileges",
         "--cap-drop=ALL",
@@ -142,6 +148,10 @@ def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
         (lambda pod, c: pod["volumes"][0]["hostPath"].update(type="Socket"), "hostPath"),
         (lambda pod, c: c["ports"][0].update(hostPort=9746), "port"),
         (lambda pod, c: c.update(env=[{"name": "A", "valueFrom": {}}]), "env"),
+        (
+            lambda pod, c: c["env"].append({"name": "A", "value": "$(PROCDELTA_PATH_PROCFS)"}),
+            "reference",
+        ),
     ],
 )
 def test_a_field_the_translation_does_not_know_fails_loudly(change, complaint):
@@ -655,3 +665,68 @@ def test_after_twenty_passes_it_runs_within_its_memory_limit(scene, mode, report
         f"limit {limit / mib:.0f} MiB",
     )
     assert peak < limit and vmrss < limit
+
+
+# -- what a person runs in the pod (kubectl exec) ---------------------------------------------
+# Last in the file: what these run inside the container adds to its memory cgroup's peak,
+# which the test above reports.
+
+
+def run_inside(collector: Collector, *argv: str) -> str:
+    """A command run in procdelta's container as `kubectl exec` runs it: `podman exec`,
+    in the container's namespaces and cgroup, with its environment."""
+    return podman("exec", collector.container, *argv, timeout=120).stdout
+
+
+FETCH = (
+    "import sys, urllib.request; "
+    "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())"
+)
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_the_processes_view_answers_inside_the_pod(scene, mode):
+    """`/processes`, asked inside the container on the DaemonSet's port, lists procdelta's
+    own process under the host's PID, with its 16-byte name and its pod's labels, and the
+    pod's group with its own cgroup's fields."""
+    collector = scene.collectors[mode]
+    pid = collector.state()["Pid"]  # the container's first process, procdelta, on the host
+    (port,) = [p["containerPort"] for p in scene.daemonset_container["ports"]]
+    url = f"http://127.0.0.1:{port}/processes?uid={collector.pod.uid}&limit=0"
+
+    def listed() -> dict | None:
+        document = json.loads(run_inside(collector, "python3", "-c", FETCH, url))
+        return document if any(row["pid"] == pid for row in document["processes"]) else None
+
+    document = wait_until(listed, 30, f"procdelta's own process in /processes ({mode})")
+    (row,) = [row for row in document["processes"] if row["pid"] == pid]
+    assert row["comm"] == Path(f"/proc/{pid}/comm").read_text().rstrip("\n") == "procdelta"
+    assert row["threads"] >= 2 and row["on_cpu_nanos"] > 0 and row["observed_nanos"] > 0
+    assert {tuple(sorted(r["group"].items())) for r in document["processes"]} == {
+        tuple(sorted(collector.pod.labels.items()))
+    }
+    (group,) = document["groups"]
+    assert group["group"] == collector.pod.labels
+    assert group["cgroup_cpu_nanos"] > 0  # the pod's own cgroup, of the same pass
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_run_in_the_pod_reads_the_hosts_proc_as_serve_does(scene, mode):
+    """`procdelta once` run in the container takes the paths from the environment the
+    DaemonSet gives it: the host's /proc, cgroups and pod names, so it sees the neighbour
+    pod's processes (the container's own /proc shows none of them), named, and its own
+    pod's cgroup."""
+    collector = scene.collectors[mode]
+    text = run_inside(
+        collector, "procdelta", "once", "--interval=1", "--pods-only", "--format=json"
+    )
+    groups = {row["group"].get("uid"): row for row in json.loads(text)}
+    for pod in (scene.neighbour, collector.pod):
+        assert groups[pod.uid]["group"] == pod.labels, f"no {pod.labels} in once's groups"
+        assert groups[pod.uid]["processes"] >= 2, groups[pod.uid]  # each pod's two at least
+    assert groups[collector.pod.uid]["cgroup_cpu_nanos"] > 0
+    # `procdelta top --from http://127.0.0.1:9746 --pod <namespace>/<pod> --format json`,
+    # run the same way, is checked here once the command exists: the pod's processes and
+    # its group line, as /processes gives them above.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.manifests import assert_least_privilege
+from tests.manifests import assert_least_privilege, assert_paths_from_env
 from tests.promtools import binary
 
 ROOT = Path(__file__).parent.parent
@@ -71,6 +71,7 @@ def test_service_selects_the_daemonset_pods():
 def test_daemonset_runs_with_the_least_privilege_that_works():
     daemonset = load("daemonset.yaml")
     assert_least_privilege(daemonset)
+    assert_paths_from_env(daemonset)
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["path"] == "/healthz"

@@ -11,6 +11,7 @@ these tests keep them from drifting.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,7 @@ OTHER_TOOLS_FLAGS = {
     "--cgroup",  # unshare
     "--check",  # ruff format
     "--cpus",  # podman run
+    "--field-selector",  # kubectl get
     "--namespace",  # helm install
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
@@ -273,9 +275,95 @@ def test_named_flags_expand_negatable_forms():
     }
 
 
+TOP_FLAGS = {
+    "--from", "--from.username", "--from.password-file", "--from.ca-file",
+    "--from.cert-file", "--from.key-file", "--from.insecure-skip-verify",
+    "--pod", "--cgroup", "--sort", "--limit", "--threads", "--format", "--interval",
+}  # fmt: skip
+"""The flags of `procdelta top` that docs/reference.md §8 promises. Until the command is in
+the CLI the documents may name them as its; from then on, the CLI's own are checked."""
+
+
+def pending_commands() -> dict[str, set[str]]:
+    """{command: its flags} of the commands the documents describe that the CLI lacks yet."""
+    return {} if "top" in cli.commands else {"top": TOP_FLAGS}
+
+
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_flag_named_exists(path):
-    assert named_flags(path.read_text()) - cli_flags() - OTHER_TOOLS_FLAGS == set()
+    pending = set().union(*pending_commands().values())
+    assert named_flags(path.read_text()) - cli_flags() - pending - OTHER_TOOLS_FLAGS == set()
+
+
+def test_the_reference_names_every_flag_top_takes():
+    """§8 names each flag `procdelta top` is promised, and the command, once in the CLI,
+    takes each of them."""
+    assert TOP_FLAGS - named_flags(section(8)) == set()
+    if "top" in cli.commands:
+        params = cli.commands["top"].params
+        assert TOP_FLAGS - {f for p in params for f in (*p.opts, *p.secondary_opts)} == set()
+
+
+def code(text: str) -> list[str]:
+    """The text's code: each inline code span and each line of its fenced blocks."""
+    spans = re.findall(r"`([^`\n]+)`", prose(text))
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            lines.append(line.strip())
+    return spans + lines
+
+
+def commands_named(text: str) -> set[str]:
+    """The `procdelta` commands a text's code runs (`procdelta once`, `$ procdelta serve`,
+    `kubectl exec ... -- procdelta top`)."""
+    command = re.compile(r"(?:^|\$ |-- |/bin/|&& )procdelta ([a-z]+)\b")
+    return {name for chunk in code(text) for name in command.findall(chunk)}
+
+
+def test_commands_named_are_found_in_code_only():
+    text = (
+        "procdelta reads /proc; `procdelta once`\n"
+        "```\n$ procdelta serve\nkubectl -n procdelta exec x -- procdelta top\n```\n"
+    )
+    assert commands_named(text) == {"once", "serve", "top"}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_named_exists(path):
+    assert commands_named(path.read_text()) - set(cli.commands) - set(pending_commands()) == set()
+
+
+def test_the_alert_to_process_command_finds_procdeltas_pod():
+    """docs/findings.md's one command, against the rendered manifests of deploy/: the
+    namespace and a label of the DaemonSet's pods select procdelta's pod on the node, and
+    `--from` is its port on the pod's loopback."""
+    import yaml
+
+    text = (ROOT / "docs" / "findings.md").read_text()
+    (line,) = [c for c in code(text) if c.startswith("kubectl ") and "procdelta top" in c]
+    outer = shlex.split(line)
+    (target,) = [word for word in outer if word.startswith("$(")]
+    inner = shlex.split(target.removeprefix("$(").removesuffix(")"))
+    daemonset = yaml.safe_load((ROOT / "deploy" / "daemonset.yaml").read_text())
+    namespace = daemonset["metadata"]["namespace"]
+    pod = daemonset["spec"]["template"]
+    assert outer[:4] == ["kubectl", "-n", namespace, "exec"]
+    assert inner[:5] == ["kubectl", "-n", namespace, "get", "pod"]
+    selector = dict(label.split("=") for label in inner[inner.index("-l") + 1].split(","))
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert inner[inner.index("--field-selector") + 1] == "spec.nodeName=NODE"
+    assert inner[-2:] == ["-o", "name"]
+    command = outer[outer.index("--") + 1 :]
+    assert command[:2] == ["procdelta", "top"]
+    (container,) = pod["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in container["ports"]]
+    assert command[command.index("--from") + 1] == f"http://127.0.0.1:{port}"
+    assert command[command.index("--pod") + 1] == "NAMESPACE/POD"
+    flags = {word for word in command if word.startswith("--")}
+    assert flags - cli_flags() - set().union(*pending_commands().values()) == set()
 
 
 FAMILY = re.compile(r"(?<![\w:])procdelta_[a-z0-9_]*[a-z0-9](?![\w:<])")

@@ -9,18 +9,23 @@ chart rendered (deploy/generate.py); the last tests fail when they are stale.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import helm_python
 import pytest
 import yaml
 
-from tests.manifests import assert_least_privilege
+from tests.manifests import assert_least_privilege, assert_paths_from_env, environment
+from tests.net import free_port, request, wait_until
 from tests.promtools import binary
 
 ROOT = Path(__file__).parent.parent
@@ -185,6 +190,7 @@ def test_every_rendering_keeps_the_least_privilege(rendering):
         procfs=paths.get("proc", "/proc"),
         cgroupfs=paths.get("cgroupfs", "/sys/fs/cgroup"),
     )
+    assert_paths_from_env(only(objects, "DaemonSet"))
 
 
 def test_options_reach_the_pod():
@@ -203,11 +209,12 @@ def test_options_reach_the_pod():
     for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
                    "--no-collector.cgroup.pressure", "--web.listen-address=:9800",
                    "--web.config.file=/etc/procdelta/web/web.yml",
-                   "--web.max-requests=10"):  # fmt: skip
+                   "--web.max-requests=10", "--no-web.processes"):  # fmt: skip
         assert wanted in args
     assert args[-1] == "--no-export.interval-gauges"  # extraArgs come last: they win
     assert "--no-collector.cgroup" not in args
     assert {"name": "TZ", "value": "UTC"} in container["env"]
+    assert environment(container)["PROCDELTA_PATH_PROCFS"] == "/host/proc"  # extraEnv beside
     assert container["ports"] == [{"name": "metrics", "containerPort": 9800, "protocol": "TCP"}]
     # the Secret mounted read-only where the flag points; probes cannot pass basic auth
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/procdelta/web")
@@ -226,11 +233,84 @@ def test_every_procdelta_flag_the_chart_passes_exists():
 
     serve = cli.commands["serve"]
     flags = {flag for param in serve.params for flag in param.opts + param.secondary_opts}
+    variables = {param.envvar for param in serve.params if param.envvar}
     for values in VALUES.values():
         (container,) = only(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
         assert container["args"][0] == serve.name
         for arg in container["args"][1:]:
             assert arg.split("=")[0] in flags, arg
+        extra = {v["name"] for v in values.get("extraEnv", [])}
+        for variable in environment(container).keys() - extra:
+            assert variable in variables, variable
+
+
+# -- the processes view ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serving_as_rendered(daemonset: dict) -> Iterator[tuple[int, int]]:
+    """The rendered DaemonSet's `procdelta serve` on this host: its arguments but the
+    listen address (127.0.0.1), its environment with each mounted path the host's path it
+    mounts; its port and PID."""
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    host = {
+        m["mountPath"]: volumes[m["name"]]["hostPath"]["path"] for m in container["volumeMounts"]
+    }
+    env = {name: host.get(value, value) for name, value in environment(container).items()}
+    port = free_port()
+    args = [
+        f"--web.listen-address=127.0.0.1:{port}" if a.startswith("--web.listen-address=") else a
+        for a in container["args"]
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: request(port, "/healthz")[0] == 200, 30, "a first pass")
+        yield port, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        finally:
+            process.kill()
+            process.stderr.close()
+
+
+def test_the_processes_view_is_on_by_default_and_a_value_turns_it_off(tmp_path):
+    """By default the DaemonSet's serve answers `/processes`, listing serve itself under
+    its own PID; `processes.enabled: false` renders `--no-web.processes`, and it answers 404."""
+    logs = {"podLogs": str(tmp_path / "pods"), "containerLogs": str(tmp_path / "containers")}
+    for path in logs.values():
+        os.mkdir(path)
+    values = {"procdelta": {"interval": 1}, "hostPaths": logs}
+    default = only(render(values), "DaemonSet")
+    assert "--no-web.processes" not in default["spec"]["template"]["spec"]["containers"][0]["args"]
+    with serving_as_rendered(default) as (port, pid):
+
+        def itself() -> dict | None:
+            status, _, body = request(port, "/processes?limit=0")
+            assert status == 200, body
+            rows = [row for row in json.loads(body)["processes"] if row["pid"] == pid]
+            return rows[0] if rows else None
+
+        row = wait_until(itself, 30, "serve listing itself")
+        assert row["threads"] >= 2 and row["on_cpu_nanos"] > 0
+        with open(f"/proc/{pid}/comm") as comm:
+            assert row["comm"] == comm.read().rstrip("\n")
+    off = only(render({**values, "processes": {"enabled": False}}), "DaemonSet")
+    (container,) = off["spec"]["template"]["spec"]["containers"]
+    assert "--no-web.processes" in container["args"]
+    with serving_as_rendered(off) as (port, _):
+        status, _, body = request(port, "/processes")
+        assert status == 404, body
+        assert request(port, "/metrics")[0] == 200
 
 
 def test_monitors_select_procdeltas_service_and_pods():
@@ -393,7 +473,13 @@ CAUSES_RULE_TESTS = RULE_TESTS.with_name("procdelta.causes.rules.test.yml")
 
 
 def rule_file(values: dict, path: Path) -> Path:
-    rule = only(render({"prometheusRule": {"enabled": True, **values}}), "PrometheusRule")
+    """The PrometheusRule's groups with these values, installed as the kustomize base and the
+    plain rule file are (namespace and release `procdelta`: the pod alerts' command names
+    them), for promtool."""
+    rule = only(
+        render({"prometheusRule": {"enabled": True, **values}}, namespace=generate.NAMESPACE),
+        "PrometheusRule",
+    )
     path.write_text(yaml.safe_dump(rule["spec"]))
     return path
 
@@ -639,6 +725,44 @@ def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     assert {"ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"} <= fired
     result = run_cases(tmp_path, rules, cases)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "through_processes"),
+    [
+        ({}, True),
+        ({"processes": {"enabled": False}}, False),
+        ({"procdelta": {"webConfig": {"secretName": "procdelta-web"}}}, False),
+    ],
+)
+def test_the_pod_alerts_name_the_command_that_runs_top_on_their_pod(values, through_processes):
+    """The starved and throttled pod alerts end with the one command of docs/findings.md:
+    procdelta's pod on the alert's node, found by the DaemonSet's namespace and selector,
+    runs `procdelta top` on the alert's pod; through its /processes where that is served
+    without a web configuration, else on top's own passes."""
+    objects = render({"prometheusRule": {"enabled": True}, "service": {"port": 9800}, **values})
+    daemonset = only(objects, "DaemonSet")
+    namespace = daemonset["metadata"]["namespace"]
+    rules = [r for g in only(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    for name in ("ProcdeltaPodCPUStarved", "ProcdeltaPodCPUThrottled"):
+        (rule,) = [r for r in rules if r.get("alert") == name]
+        description = rule["annotations"]["description"]
+        # Prometheus fills in the alert's labels: here, the findings page's placeholders
+        for label, placeholder in (("node", "NODE"), ("namespace", "NAMESPACE"), ("pod", "POD")):
+            description = description.replace(f"{{{{ $labels.{label} }}}}", placeholder)
+        outer = shlex.split(description[description.index("kubectl ") :])
+        (target,) = [word for word in outer if word.startswith("$(")]
+        inner = shlex.split(target.removeprefix("$(").removesuffix(")"))
+        assert outer[:4] == ["kubectl", "-n", namespace, "exec"]
+        assert inner[:5] == ["kubectl", "-n", namespace, "get", "pod"]
+        selector = dict(label.split("=") for label in inner[inner.index("-l") + 1].split(","))
+        assert selector == daemonset["spec"]["selector"]["matchLabels"]
+        assert inner[inner.index("--field-selector") + 1] == "spec.nodeName=NODE"
+        command = outer[outer.index("--") + 1 :]
+        expected = ["procdelta", "top", "--pod", "NAMESPACE/POD"]
+        if through_processes:
+            expected[2:2] = ["--from", "http://127.0.0.1:9800"]
+        assert command == expected
 
 
 def test_the_alertmanager_config_inhibits_as_the_findings_page_says():

@@ -104,6 +104,30 @@ metricRelabelings:
 {{- end }}
 {{- end }}
 
+{{/*
+The one command that runs `procdelta top` on a pod, in procdelta's pod on that pod's node,
+given (dict "root" <the chart's context> "node" <node> "pod" <namespace/name>): the alerts
+give Prometheus' templates of their labels, NOTES.txt placeholders. It reads procdelta's
+/processes where that is served without a web configuration; otherwise top runs its own
+passes on the host's /proc, whose paths the container's environment gives every command.
+*/}}
+{{- define "procdelta.topCommand" -}}
+{{- $namespace := include "procdelta.namespace" .root -}}
+kubectl -n {{ $namespace }} exec -it "$(kubectl -n {{ $namespace }} get pod -l {{ include "procdelta.selector" .root }} --field-selector spec.nodeName={{ .node }} -o name)" -- procdelta top
+{{- with .root.Values }}
+{{- if and .processes.enabled (not .procdelta.webConfig.secretName) }} --from http://127.0.0.1:{{ .service.port }}{{ end }}
+{{- end }} --pod {{ .pod }}
+{{- end }}
+
+{{/* The DaemonSet's pod selector as a `kubectl -l` argument. */}}
+{{- define "procdelta.selector" -}}
+{{- $labels := list -}}
+{{- range $key, $value := include "procdelta.selectorLabels" . | fromYaml -}}
+{{- $labels = append $labels (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $labels -}}
+{{- end }}
+
 {{/* A share (0.25) as a percentage (25%). */}}
 {{- define "procdelta.percent" -}}
 {{- round (mulf . 100) 2 }}%
