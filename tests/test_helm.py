@@ -207,7 +207,8 @@ def test_options_reach_the_pod():
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
     args = container["args"]
     for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
-                   "--no-collector.cgroup.pressure", "--web.listen-address=:9800",
+                   "--log.format=json", "--no-collector.cgroup.pressure",
+                   "--web.listen-address=:9800",
                    "--web.config.file=/etc/procdelta/web/web.yml",
                    "--web.max-requests=10", "--no-web.processes"):  # fmt: skip
         assert wanted in args
