@@ -206,16 +206,21 @@ def test_options_reach_the_pod():
     assert container["imagePullPolicy"] == "Always"
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
     args = container["args"]
-    for wanted in ("--interval=30", "--per-container", "--pods-only", "--log.level=debug",
-                   "--log.format=json", "--no-collector.cgroup.pressure",
+    for wanted in ("--interval=30", "--log.level=debug", "--log.format=json",
                    "--web.listen-address=:9800",
                    "--web.config.file=/etc/procdelta/web/web.yml",
                    "--web.max-requests=10", "--no-web.processes"):  # fmt: skip
         assert wanted in args
     assert args[-1] == "--no-export.interval-gauges"  # extraArgs come last: they win
-    assert "--no-collector.cgroup" not in args
     assert {"name": "TZ", "value": "UTC"} in container["env"]
-    assert environment(container)["PROCDELTA_PATH_PROCFS"] == "/host/proc"  # extraEnv beside
+    env = environment(container)
+    assert env["PROCDELTA_PATH_PROCFS"] == "/host/proc"  # extraEnv beside
+    # the grouping and the cgroup switches by environment, so that `kubectl exec ...
+    # procdelta top` groups as serve does
+    assert (env["PROCDELTA_PER_CONTAINER"], env["PROCDELTA_PODS_ONLY"]) == ("true", "true")
+    assert env["PROCDELTA_COLLECTOR_CGROUP"] == "true"
+    assert env["PROCDELTA_COLLECTOR_CGROUP_PRESSURE"] == "false"
+    assert not [a for a in args if "per-container" in a or "pods-only" in a or "cgroup" in a]
     assert container["ports"] == [{"name": "metrics", "containerPort": 9800, "protocol": "TCP"}]
     # the Secret mounted read-only where the flag points; probes cannot pass basic auth
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/procdelta/web")
