@@ -137,6 +137,7 @@ OTHER_TOOLS_FLAGS = {
     "--cpus",  # podman run
     "--field-selector",  # kubectl get
     "--namespace",  # helm install
+    "--now",  # systemctl enable
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
     "--baseline",  # python -m tests.rulecost
