@@ -509,3 +509,18 @@ def test_every_reason_and_source_the_code_defines_is_in_the_reference():
     troubleshooting = (ROOT / "docs" / "troubleshooting.md").read_text()
     for name in (*REFUSAL_REASONS, *CGROUP_REFUSAL_REASONS, *probed):
         assert f"`{name}`" in troubleshooting, name
+
+
+def test_the_readme_gives_two_set_up_commands_and_ci_runs_the_second():
+    """The README's set-up block: exactly two commands, each under a comment saying what it
+    does; the first runs procdelta from a venv it makes, the second is what CI runs."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Set up", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.strip().splitlines()
+    comments = [line for line in lines if line.startswith("#")]
+    commands = [line for line in lines if not line.startswith("#")]
+    assert len(commands) == 2 and len(comments) == 2
+    assert "python3 -m venv .venv" in commands[0]
+    assert commands[0].endswith(".venv/bin/procdelta once")
+    assert commands[1] == "bash .ci/run"
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python -m pytest")
