@@ -210,6 +210,23 @@ def _positive_interval(_ctx, _param, value: float) -> float:
     return value
 
 
+def _pod_name(_ctx, _param, value: str | None) -> tuple[str, str] | None:
+    from collector.top import parse_pod
+
+    if value is None:
+        return None
+    pod = parse_pod(value)
+    if pod is None:
+        raise click.BadParameter(f"{value!r}: want NAMESPACE/NAME")
+    return pod
+
+
+def _cgroup_path(_ctx, _param, value: str | None) -> str | None:
+    if value is not None and not value.startswith("/"):
+        raise click.BadParameter(f"{value!r}: want the cgroup's path on the host, from /")
+    return value
+
+
 def _passes_group(default: float, help_text: str):
     """The "Passes" heading of a command's help: its `--interval`."""
     return cloup.option_group(
@@ -340,8 +357,22 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
 )
 @cloup.option_group(
     "View",
-    _option("--pod", "pod", default=None, metavar="NAMESPACE/NAME", help="Show this pod only."),
-    _option("--cgroup", "cgroup_path", default=None, metavar="PATH", help="Show this cgroup only."),
+    _option(
+        "--pod",
+        "pod",
+        default=None,
+        metavar="NAMESPACE/NAME",
+        callback=_pod_name,
+        help="Show this pod only.",
+    ),
+    _option(
+        "--cgroup",
+        "cgroup_path",
+        default=None,
+        metavar="PATH",
+        callback=_cgroup_path,
+        help="Show this cgroup only (its path on the host, as the cgroup label gives it).",
+    ),
     _option(
         "--sort",
         "sort",
@@ -388,7 +419,7 @@ def top(
     cert_file: str | None,
     key_file: str | None,
     insecure_skip_verify: bool,
-    pod: str | None,
+    pod: tuple[str, str] | None,
     cgroup_path: str | None,
     sort: str,
     limit: int,
@@ -403,20 +434,12 @@ def top(
     from collector import top as view
     from collector.procfs import ProcFS
 
+    if pod is not None and cgroup_path is not None:
+        raise BadInput("--pod and --cgroup: give one of them")
+    if threads and pod is None and cgroup_path is None:
+        raise BadInput("--threads splits one group's processes: give --pod or --cgroup")
+    selection = view.Selection(pod, cgroup_path, sort, limit or None, threads)
     try:
-        selection = view.Selection(
-            pod=view.parse_pod(pod) if pod is not None else None,
-            cgroup=cgroup_path,
-            sort=sort,
-            limit=limit or None,
-            threads=threads,
-        )
-        if pod is not None and cgroup_path is not None:
-            raise view.TopError("--pod and --cgroup: give one of them")
-        if cgroup_path is not None and not cgroup_path.startswith("/"):
-            raise view.TopError(f"--cgroup {cgroup_path!r}: want the cgroup's path, from /")
-        if threads and not selection.filters:
-            raise view.TopError("--threads splits one group: give --pod or --cgroup")
         procfs = ProcFS(options.procfs)
         if source is not None:
             remote = view.Remote(
@@ -435,6 +458,8 @@ def top(
             view.run_live(viewer, selection, interval)
         else:
             view.run_plain(viewer, selection, interval, sys.stdout)
+    except view.BadValue as error:
+        raise BadInput(str(error)) from None
     except view.TopError as error:
         raise click.ClickException(str(error)) from None
 

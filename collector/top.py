@@ -63,7 +63,13 @@ REQUEST_TIMEOUT = 10.0  # seconds a GET of --from may take
 
 
 class TopError(Exception):
-    """What stops `top`, in one line for the person who ran it."""
+    """What stops `top`, in one line for the person who ran it: the work could not be
+    done (a server unreachable or refusing, PIDs that are not this node's)."""
+
+
+class BadValue(TopError):
+    """The invocation is wrong: a value `top` cannot take, or options that do not go
+    together."""
 
 
 # --- what to show --------------------------------------------------------------------
@@ -98,7 +104,7 @@ class Selection:
 
     def query(self) -> Query:
         """What to ask for: with --threads every process of the group (its threads are all
-        read), cut to the limit afterwards (`View.document`)."""
+        read), cut to the limit afterwards (`View.cut`)."""
         return Query(self.filters, self.sort, None if self.threads else self.limit)
 
     @property
@@ -106,11 +112,11 @@ class Selection:
         return self.sort if self.sort in THREAD_FIELDS else DEFAULT_SORT
 
 
-def parse_pod(value: str) -> tuple[str, str]:
-    """`NAMESPACE/NAME`, or TopError."""
+def parse_pod(value: str) -> tuple[str, str] | None:
+    """(namespace, name) of `NAMESPACE/NAME`; None where it is not that."""
     namespace, slash, name = value.partition("/")
     if not (slash and namespace and name) or "/" in name:
-        raise TopError(f"--pod {value!r}: want NAMESPACE/NAME")
+        return None
     return namespace, name
 
 
@@ -268,7 +274,8 @@ class LocalSource:
         self.origin = ""
 
     def fetch(self) -> View | None:
-        """A pass; its view, or None after the first (no interval yet)."""
+        """A pass; its view (after the first pass, with no interval yet, an empty
+        document: only the group's PIDs, for the threads' first reading)."""
         result = self.engine.run_pass()
         query = self.selection.query()
         pids: dict[int, str] = {}
@@ -317,8 +324,12 @@ def processes_url(url: str, params: Mapping[str, str]) -> str:
     if "://" not in url:
         url = "http://" + url
     parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError:
+        parts = parts._replace(scheme="")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TopError(f"--from {url}: want http://HOST:PORT or https://HOST:PORT")
+        raise BadValue(f"--from {url}: want http://HOST:PORT or https://HOST:PORT")
     path = parts.path.rstrip("/")
     if not path.endswith("/processes"):
         path += "/processes"
@@ -332,7 +343,7 @@ def _read_secret(path: str, flag: str) -> str:
         with open(path, encoding="utf-8") as file:
             return file.read().strip()
     except (OSError, UnicodeDecodeError) as error:
-        raise TopError(f"{flag} {path}: {getattr(error, 'strerror', None) or error}") from None
+        raise BadValue(f"{flag} {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
 def tls_context(remote: Remote) -> ssl.SSLContext:
@@ -341,7 +352,7 @@ def tls_context(remote: Remote) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=remote.ca_file)
     except (OSError, ssl.SSLError) as error:
-        raise TopError(f"--from.ca-file {remote.ca_file}: {_ssl_reason(error)}") from None
+        raise BadValue(f"--from.ca-file {remote.ca_file}: {_ssl_reason(error)}") from None
     if remote.insecure_skip_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -349,7 +360,7 @@ def tls_context(remote: Remote) -> ssl.SSLContext:
         try:
             context.load_cert_chain(remote.cert_file, remote.key_file)
         except (OSError, ssl.SSLError) as error:
-            raise TopError(f"--from.cert-file {remote.cert_file}: {_ssl_reason(error)}") from None
+            raise BadValue(f"--from.cert-file {remote.cert_file}: {_ssl_reason(error)}") from None
     return context
 
 
@@ -381,9 +392,9 @@ class RemoteSource:
             "User-Agent": f"procdelta-top/{__version__}",
         }
         if remote.key_file and not remote.cert_file:
-            raise TopError("--from.key-file needs --from.cert-file")
+            raise BadValue("--from.key-file needs --from.cert-file")
         if remote.password_file and not remote.username:
-            raise TopError("--from.password-file needs --from.username")
+            raise BadValue("--from.password-file needs --from.username")
         if remote.username is not None:
             password = (
                 _read_secret(remote.password_file, "--from.password-file")
@@ -676,7 +687,9 @@ def group_lines(group: Mapping[str, Any]) -> list[str]:
     name = _row_group(labels)
     kind = "pod" if "uid" in labels else "cgroup"
     qos = f"  {labels['qos']}" if labels.get("qos") else ""
-    lines = [f"{kind} {name}{qos}  {short_count(group.get('processes'))} processes with a delta"]
+    count = group.get("processes")
+    noun = "process" if count == 1 else "processes"
+    lines = [f"{kind} {name}{qos}  {short_count(count)} {noun} with a delta"]
     cpu = group.get("cgroup_cpu_nanos")
     periods, throttled = group.get("cpu_periods"), group.get("cpu_throttled_periods")
     if cpu is None and periods is None and group.get("cpu_pressure_waiting_nanos") is None:
@@ -686,7 +699,7 @@ def group_lines(group: Mapping[str, Any]) -> list[str]:
             "-" if periods is None or throttled is None else f"{throttled}/{periods} periods"
         )
         lines.append(
-            f"  cgroup CPU {short_time(cpu)}  throttled {throttling}"
+            f"  cgroup CPU {short_time(cpu)}  throttled {throttling},"
             f" {short_time(group.get('cpu_throttled_nanos'))}"
             f"  CPU pressure {short_time(group.get('cpu_pressure_waiting_nanos'))}"
         )
@@ -825,15 +838,23 @@ def _logs_held() -> Iterator[None]:
             root.handle(record)
 
 
-def _key_pressed(fd: int | None, timeout: float) -> bytes | None:
-    """Wait up to `timeout` for input on `fd`: the bytes typed, b"" at end of input."""
-    if fd is None:
-        time.sleep(max(timeout, 0))
-        return None
-    ready, _, _ = select.select([fd], [], [], max(timeout, 0))
-    if not ready:
-        return None
-    return os.read(fd, 64)
+@contextlib.contextmanager
+def _resizes() -> Iterator[int]:
+    """A pipe that gets a byte each time the terminal is resized (SIGWINCH): its read end,
+    to wait on beside the keys."""
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def resized(*_) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(write_end, b".")
+
+    saved = signal.signal(signal.SIGWINCH, resized)
+    try:
+        yield read_end
+    finally:
+        signal.signal(signal.SIGWINCH, saved)
+        os.close(read_end)
+        os.close(write_end)
 
 
 def run_live(viewer: Viewer, selection: Selection, interval: float) -> None:
@@ -843,7 +864,7 @@ def run_live(viewer: Viewer, selection: Selection, interval: float) -> None:
     saved = termios.tcgetattr(fd) if fd is not None else None
     console = Console()
     try:
-        with _signals_stop():
+        with _signals_stop(), _resizes() as resized:
             if fd is not None:
                 tty.setcbreak(fd)
             with (
@@ -856,7 +877,7 @@ def run_live(viewer: Viewer, selection: Selection, interval: float) -> None:
                     redirect_stderr=False,
                 ) as live,
             ):
-                _live_loop(live, console, viewer, selection, interval, fd)
+                _live_loop(live, console, viewer, selection, interval, fd, resized)
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
@@ -864,7 +885,16 @@ def run_live(viewer: Viewer, selection: Selection, interval: float) -> None:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def _live_loop(live: Live, console: Console, viewer: Viewer, selection, interval, fd) -> None:
+def _live_loop(
+    live: Live,
+    console: Console,
+    viewer: Viewer,
+    selection: Selection,
+    interval: float,
+    keys: int | None,
+    resized: int,
+) -> None:
+    """Refresh every `interval`, redraw on a resize or a key; return on `q`."""
     view: View | None = None
 
     def draw() -> None:
@@ -877,13 +907,19 @@ def _live_loop(live: Live, console: Console, viewer: Viewer, selection, interval
     draw()
     due = time.monotonic() + interval
     while True:
-        typed = _key_pressed(fd, due - time.monotonic())
-        if typed is not None:
-            if typed == b"":
-                fd = None  # end of input: no more keys, the refreshes go on
-            elif b"q" in typed.lower():
-                return
-            draw()  # any other key redraws (a resized terminal, say)
+        waiting = [resized] if keys is None else [keys, resized]
+        ready, _, _ = select.select(waiting, [], [], max(due - time.monotonic(), 0))
+        if ready:
+            if resized in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(resized, 64)
+            if keys in ready:
+                typed = os.read(keys, 64)
+                if not typed:
+                    keys = None  # end of input: no more keys, the refreshes go on
+                elif b"q" in typed.lower():
+                    return
+            draw()
             continue
         due = max(due + interval, time.monotonic())
         try:

@@ -146,7 +146,7 @@ def test_names_are_shown_never_acted_on():
 def test_a_group_line_says_what_its_cgroup_did_not_give():
     lines = top.group_lines({"group": {"cgroup": "/x"}, "processes": 1, "run_delay_nanos": 0})
     assert lines == [
-        "cgroup /x  1 processes with a delta",
+        "cgroup /x  1 process with a delta",
         "  own cgroup: no reading this interval (first sight, or not read)",
         "  run delay 0",
     ]
@@ -224,6 +224,7 @@ def test_threads_are_guarded_like_the_collectors_cache(tmp_path):
         (["--interval", "0"], ["--interval"]),
         (["--format", "prometheus"], ["--format"]),
         (["--from", "ftp://example.invalid"], ["--from", "http://"]),
+        (["--from", "127.0.0.1:port"], ["--from", "http://"]),
         (["--from", "http://127.0.0.1:1", "--from.key-file", "k"], ["--from.cert-file"]),
         (["--from", "http://127.0.0.1:1", "--from.password-file", "p"], ["--from.username"]),
     ],
@@ -232,10 +233,15 @@ def test_bad_input_is_one_clear_line(args, words):
     assert_one_line_error(procdelta("top", "--format", "json", *args), *words)
 
 
+def test_a_bad_value_from_the_environment_names_its_variable():
+    result = procdelta("top", "--format", "json", env={"PROCDELTA_POD": "nope"})
+    assert_one_line_error(result, "PROCDELTA_POD (for --pod)", "NAMESPACE/NAME")
+
+
 def test_an_unreachable_server_is_one_line():
     port = free_port()  # nothing listens there
     result = procdelta("top", "--from", f"127.0.0.1:{port}", "--format", "json")
-    assert_one_line_error(result, f"--from http://127.0.0.1:{port}", "cannot connect")
+    assert_one_line_error(result, f"--from http://127.0.0.1:{port}", "cannot connect", status=1)
 
 
 def test_a_server_without_the_processes_view_is_one_line():
@@ -250,7 +256,7 @@ def test_a_server_without_the_processes_view_is_one_line():
         stack.callback(server.shutdown)
         port = server.server_address[1]
         result = procdelta("top", "--from", f"http://127.0.0.1:{port}/", "--format", "json")
-    assert_one_line_error(result, "404", "--no-web.processes")
+    assert_one_line_error(result, "404", "--no-web.processes", status=1)
 
 
 def test_the_served_document_comes_through_whole():
@@ -406,7 +412,7 @@ def test_threads_from_a_server_on_this_node(workloads):
         elsewhere = ("--path.procfs", str(PASS1))
         result = procdelta("top", "--format", "json", "--from", url, "--cgroup",
                            workloads["cgroup"], "--threads", *elsewhere)  # fmt: skip
-    assert_one_line_error(result, "not this node's processes", "PROCDELTA_PATH_PROCFS")
+    assert_one_line_error(result, "not this node's processes", "PROCDELTA_PATH_PROCFS", status=1)
 
 
 def test_basic_auth_and_tls_of_the_server(pki, tmp_path):
@@ -428,15 +434,15 @@ def test_basic_auth_and_tls_of_the_server(pki, tmp_path):
 
         wait_until(second_pass, 30, "the server's first interval")
         anonymous = procdelta(*asked, *ca)
-        assert_one_line_error(anonymous, "401", "--from.username", "--from.password-file")
+        assert_one_line_error(anonymous, "401", "--from.username", "--from.password-file", status=1)
         wrong = tmp_path / "wrong"
         wrong.write_text("not it\n")
         refused = procdelta(*asked, *ca, "--from.username", "alice",
                             "--from.password-file", str(wrong))  # fmt: skip
-        assert_one_line_error(refused, "401", "'alice'")
+        assert_one_line_error(refused, "401", "'alice'", status=1)
         untrusted = procdelta(*asked, "--from.username", "alice",
                               "--from.password-file", str(password))  # fmt: skip
-        assert_one_line_error(untrusted, "TLS", "--from.ca-file")
+        assert_one_line_error(untrusted, "TLS", "--from.ca-file", status=1)
         for trust in (ca, ("--from.insecure-skip-verify",)):
             result = procdelta(*asked, *trust, "--from.username", "alice",
                                "--from.password-file", str(password), "--limit", "3")  # fmt: skip
@@ -461,7 +467,7 @@ def test_client_certificates(pki):
         certified = ("--from.cert-file", str(pki / "client.crt"),
                      "--from.key-file", str(pki / "client.key"))  # fmt: skip
         wait_until(lambda: procdelta(*asked, *certified).returncode == 0, 30, "the server up")
-        assert_one_line_error(procdelta(*asked), "--from", "TLS")
+        assert_one_line_error(procdelta(*asked), "--from", "TLS", status=1)
 
 
 # --- plain text off a terminal -----------------------------------------------------------
@@ -507,7 +513,7 @@ def test_plain_text_off_a_terminal_fits_80_columns(workloads):
     assert 2 <= len(rows) <= 80
     pod = first_blocks(["--pod", "top/throttled-pod", *workloads["logs"]], blocks=1)
     assert max(len(line) for line in pod.splitlines()) <= 80
-    assert "pod top/throttled-pod  burstable  1 processes with a delta" in pod
+    assert "pod top/throttled-pod  burstable  1 process with a delta" in pod
     assert re.search(r"run delay \S+: \d+% own limit \(throttled\) · \d+% own threads", pod)
     assert re.search(rf"^ *{workloads['throttled']} {LEADER} +2 ", pod, re.M)
 
@@ -600,3 +606,23 @@ def test_an_error_in_the_live_screen_is_one_line_and_gives_the_terminal_back(ter
     after = screen.output[screen.output.rindex(LEAVE_SCREEN) + len(LEAVE_SCREEN) :]
     lines = ANSI.sub(b"", after).decode().strip().splitlines()
     assert len(lines) == 1 and "cannot connect" in lines[0], lines
+
+
+def test_a_resized_terminal_is_redrawn_at_once(terminal):
+    screen = terminal("--interval", "60")  # no refresh due while the test runs
+    screen.read_until(b"first pass done")
+    mark = len(screen.output)
+    fcntl.ioctl(screen.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+
+    def widths() -> set[int]:
+        """The widths of the lines of the frames drawn since (each from the screen's top)."""
+        frames = screen.output[mark:].split(b"\x1b[H")[1:]
+        shown = ANSI.sub(b"", b"\r\n".join(frames)).decode("utf-8", "replace")
+        return {len(line) for line in shown.split("\r\n")}
+
+    deadline = time.time() + 10
+    while 100 not in widths() and time.time() < deadline:
+        screen._drain(0.1)
+    assert 100 in widths() and max(widths()) <= 100
+    screen.type(b"q")
+    assert screen.wait() == 0
