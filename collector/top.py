@@ -273,7 +273,7 @@ class LocalSource:
         self.cgroup_fields = cgroup_fields
         self.origin = ""
 
-    def fetch(self) -> View | None:
+    def fetch(self) -> View:
         """A pass; its view (after the first pass, with no interval yet, an empty
         document: only the group's PIDs, for the threads' first reading)."""
         result = self.engine.run_pass()
@@ -509,8 +509,6 @@ class Viewer:
     def step(self) -> View | None:
         """The next view (None while `top`'s own first pass has no interval yet)."""
         view = self.source.fetch()
-        if view is None:
-            return None
         if self.threads is not None:
             view.threads = self.threads.read(view.pids)
             view.threads_interval_ns = self.threads.interval_ns
