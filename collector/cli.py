@@ -19,6 +19,7 @@ import cloup
 from collector import __version__, logs
 from collector.engine import Engine, PassResult
 from collector.privileges import own_missing_capabilities, refused_reads
+from collector.processes import DEFAULT_LIMIT, DEFAULT_SORT, MAX_LIMIT, SORT_FIELDS
 from collector.wiring import Options, build_engine, node_cpus, node_sources
 
 log = logging.getLogger("procdelta")
@@ -209,6 +210,23 @@ def _positive_interval(_ctx, _param, value: float) -> float:
     return value
 
 
+def _pod_name(_ctx, _param, value: str | None) -> tuple[str, str] | None:
+    from collector.top import parse_pod
+
+    if value is None:
+        return None
+    pod = parse_pod(value)
+    if pod is None:
+        raise click.BadParameter(f"{value!r}: want NAMESPACE/NAME")
+    return pod
+
+
+def _cgroup_path(_ctx, _param, value: str | None) -> str | None:
+    if value is not None and not value.startswith("/"):
+        raise click.BadParameter(f"{value!r}: want the cgroup's path on the host, from /")
+    return value
+
+
 def _passes_group(default: float, help_text: str):
     """The "Passes" heading of a command's help: its `--interval`."""
     return cloup.option_group(
@@ -304,6 +322,146 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
     if result.denied:
         log.warning("%s", refused_reads(result.denied, own_missing_capabilities()))
     click.echo(text, nl=False)
+
+
+@cli.command()
+@_passes_group(2.0, "Seconds between refreshes (and between top's own passes).")
+@cloup.option_group(
+    "Source",
+    _option(
+        "--from",
+        "source",
+        default=None,
+        metavar="URL",
+        help="Read a running `procdelta serve`'s /processes at URL (e.g. "
+        "http://127.0.0.1:9746 through kubectl port-forward) instead of running passes.",
+    ),
+    _option("--from.username", "username", default=None, help="Basic auth user for --from."),
+    _option(
+        "--from.password-file",
+        "password_file",
+        default=None,
+        help="File holding the basic auth password for --from.",
+    ),
+    _option("--from.ca-file", "ca_file", default=None, help="CA certificates to trust (TLS)."),
+    _option(
+        "--from.cert-file", "cert_file", default=None, help="Client certificate to present (TLS)."
+    ),
+    _option("--from.key-file", "key_file", default=None, help="Key of the client certificate."),
+    _option(
+        "--from.insecure-skip-verify",
+        "insecure_skip_verify",
+        is_flag=True,
+        help="Do not verify the server's certificate.",
+    ),
+)
+@cloup.option_group(
+    "View",
+    _option(
+        "--pod",
+        "pod",
+        default=None,
+        metavar="NAMESPACE/NAME",
+        callback=_pod_name,
+        help="Show this pod only.",
+    ),
+    _option(
+        "--cgroup",
+        "cgroup_path",
+        default=None,
+        metavar="PATH",
+        callback=_cgroup_path,
+        help="Show this cgroup only (its path on the host, as the cgroup label gives it).",
+    ),
+    _option(
+        "--sort",
+        "sort",
+        type=click.Choice(SORT_FIELDS),
+        default=DEFAULT_SORT,
+        show_default=True,
+        help="The field to sort by, biggest first.",
+    ),
+    _option(
+        "--limit",
+        "limit",
+        type=click.IntRange(0, MAX_LIMIT),
+        default=DEFAULT_LIMIT,
+        show_default=True,
+        help="Rows to show (0: all).",
+    ),
+    _option(
+        "--threads",
+        "threads",
+        is_flag=True,
+        help="Split the group's processes into their threads, read from --path.procfs "
+        "(needs --pod or --cgroup).",
+    ),
+)
+@cloup.option_group(
+    "Output",
+    _option(
+        "--format",
+        "output_format",
+        type=click.Choice(("table", "json")),
+        default="table",
+        show_default=True,
+        help="A live table for a person, or one interval as JSON.",
+    ),
+)
+@shared_options
+def top(
+    options: Options,
+    interval: float,
+    source: str | None,
+    username: str | None,
+    password_file: str | None,
+    ca_file: str | None,
+    cert_file: str | None,
+    key_file: str | None,
+    insecure_skip_verify: bool,
+    pod: tuple[str, str] | None,
+    cgroup_path: str | None,
+    sort: str,
+    limit: int,
+    threads: bool,
+    output_format: str,
+) -> None:
+    """Show which processes wait, live: the node's, a pod's or a cgroup's.
+
+    For a pod or a cgroup, its own cgroup's CPU, throttling, pressure and run delay by
+    cause above its processes. q or Ctrl-C quits.
+    """
+    from collector import top as view
+    from collector.procfs import ProcFS
+
+    if pod is not None and cgroup_path is not None:
+        raise BadInput("--pod and --cgroup: give one of them")
+    if threads and pod is None and cgroup_path is None:
+        raise BadInput("--threads splits one group's processes: give --pod or --cgroup")
+    selection = view.Selection(pod, cgroup_path, sort, limit or None, threads)
+    try:
+        procfs = ProcFS(options.procfs)
+        if source is not None:
+            remote = view.Remote(
+                source, username, password_file, ca_file, cert_file, key_file,
+                insecure_skip_verify,
+            )  # fmt: skip
+            origin = view.RemoteSource(remote, selection, procfs)
+        else:
+            engine = build_engine(options)
+            node_sources(options, engine)
+            origin = view.LocalSource(engine, selection, cgroup_fields=options.cgroup)
+        viewer = view.Viewer(origin, selection, view.ThreadWatch(procfs) if threads else None)
+        if output_format == "json":
+            view.print_json(view.one_interval(viewer, interval), sys.stdout)
+        elif sys.stdout.isatty():
+            view.run_live(viewer, selection, interval)
+        else:
+            view.run_plain(viewer, selection, interval, sys.stdout)
+    except view.BadValue as error:
+        raise BadInput(str(error)) from None
+    except view.TopError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def raise_open_files_limit() -> None:

@@ -192,6 +192,7 @@ SHARED_GROUPS = ["Paths", "Collectors", "Export", "Groups", "Logging"]
 HELP_GROUPS = {
     "serve": ["Passes", "Web", *SHARED_GROUPS],
     "once": ["Passes", "Output", *SHARED_GROUPS],
+    "top": ["Passes", "Source", "View", "Output", *SHARED_GROUPS],
     "bench": ["Measurement", "Report"],
 }
 

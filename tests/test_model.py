@@ -51,6 +51,11 @@ PINNED = {
     "collector.reading._Seen": ("ino", "reading", "threads", "ran", "io_totals"),
     "collector.reading._ThreadSeen": ("tid", "ino", "schedstat", "reading"),
     "collector.reading._Threads": ("readings", "seen", "ran", "io_totals"),
+    "collector.top.ThreadRow": (
+        "pid", "tid", "comm", "on_cpu_nanos", "run_delay_nanos", "voluntary_switches",
+        "nonvoluntary_switches",
+    ),
+    "collector.top._Seen": ("pid", "start_ticks", "counters"),
     "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).

@@ -1,7 +1,7 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
     python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
-                       [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS]
+                       [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS] [--name-threads]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
@@ -10,7 +10,9 @@ time since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --chur
 keeps starting short-lived threads and children and writing to a file in DIR; with --cpu
 every thread runs on that CPU only; with --storage a thread (not the leader) writes BYTES
 to FILE with fsync, drops the file's pages from the page cache and reads it back, so that
-storage really moved both ways, before "ready"; the thread then blocks.
+storage really moved both ways, before "ready"; the thread then blocks. With
+--name-threads each busy, sleeper and idle thread names itself (its `comm`) busy-N,
+sleeper-N, idle-N.
 Commands:
 
     count           print the total number of sleeps done so far
@@ -63,6 +65,14 @@ def duty(run_ms: float, every_ms: float) -> None:
 
 def idle() -> None:
     stop.wait()
+
+
+def named(name: str, target, *args) -> None:
+    """Run `target` in a thread that first gives itself `name` (its `comm`, as
+    /proc/<pid>/task/<tid>/stat shows it)."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write(name)
+    target(*args)
 
 
 def churn(directory: str) -> None:
@@ -137,15 +147,20 @@ def main() -> None:
     parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
     parser.add_argument("--cpu", type=int, help="run on this CPU only")
     parser.add_argument("--storage", metavar="FILE:BYTES", help="write, then read from storage")
+    parser.add_argument("--name-threads", action="store_true", help="busy-N, sleeper-N, idle-N")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     sleeps[:] = [0] * args.sleepers
-    threads = [threading.Thread(target=busy, daemon=True) for _ in range(args.busy)]
-    threads += [
-        threading.Thread(target=sleeper, args=(i,), daemon=True) for i in range(args.sleepers)
+    targets = [(f"busy-{i}", busy, ()) for i in range(args.busy)]
+    targets += [(f"sleeper-{i}", sleeper, (i,)) for i in range(args.sleepers)]
+    targets += [(f"idle-{i}", idle, ()) for i in range(args.idle)]
+    threads = [
+        threading.Thread(target=named, args=(name, target, *rest), daemon=True)
+        if args.name_threads
+        else threading.Thread(target=target, args=rest, daemon=True)
+        for name, target, rest in targets
     ]
-    threads += [threading.Thread(target=idle, daemon=True) for _ in range(args.idle)]
     if args.duty:
         run_ms, every_ms = (float(n) for n in args.duty.split(":"))
         threads.append(threading.Thread(target=duty, args=(run_ms, every_ms), daemon=True))

@@ -1,0 +1,628 @@
+"""`procdelta top`: its JSON against real processes and real servers, its threads, its
+plain text, and its live screen in a pseudo-terminal (q and Ctrl-C quit, the terminal's
+attributes come back)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector import top
+from collector.exporter import PassLoop, make_server
+from collector.procfs import ProcFS
+from tests.cgroups import Workload, cgroup, cgroups
+from tests.fixturetree import PASS1
+from tests.net import free_port, start_serve, wait_until
+from tests.test_cli import assert_one_line_error, procdelta
+from tests.test_serve import CountingEngine, serving
+from tests.test_webconfig import PASSWORD, pki, users_block, write_config
+
+__all__ = ["pki"]  # the module's fixture, shared with tests/test_webconfig.py
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+THROTTLED_UID = str(uuid.uuid4())
+LEADER = Path(sys.executable).name[:15]  # a workload's comm, its threads' unless named
+
+
+# --- the drawing, without a kernel ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "nanos",
+    [0, 1, 999, 1_000, 999_999, 1_000_000, 9_999_999, 10_000_000, 999_999_999, 10**9,
+     9_999_999_999, 99_999_999_999, 999_999_999_999, 10**15, 99_999 * 60 * 10**9],
+)  # fmt: skip
+def test_short_time_takes_at_most_five_characters(nanos):
+    assert len(top.short_time(nanos)) <= 5
+
+
+def big_view() -> top.View:
+    """Every cell as wide as it gets: long names, seven-digit PIDs, large counters."""
+    fields = {
+        "observed_nanos": 2 * 10**9,
+        "on_cpu_nanos": 987_654_321_000,
+        "run_delay_nanos": 123_456_789_000,
+        "cpu_user_nanos": 999_990_000_000,
+        "cpu_system_nanos": 10_000_000,
+        "major_faults": 10**8,
+        "voluntary_switches": 10**9,
+        "nonvoluntary_switches": 12_345,
+        "read_bytes": 0,
+        "write_bytes": 0,
+    }
+    groups = [
+        {"namespace": "a-very-long-namespace-name", "pod": "and-a-long-pod-name-7d9f8c6b5-x2x9z",
+         "uid": str(uuid.uuid4()), "qos": "burstable"},
+        {"cgroup": "/system.slice/some-very-long-unit-name-for-a-service.service"},
+    ]  # fmt: skip
+    processes = [
+        {"pid": 4194303, "comm": "kube-controller", "group": group, "threads": 12_345, **fields}
+        for group in groups
+    ]
+    group = {
+        "group": groups[0],
+        "processes": 12_345,
+        **fields,
+        "cgroup_cpu_nanos": 999_999_999_999,
+        "cpu_periods": 1_000_000,
+        "cpu_throttled_periods": 999_999,
+        "cpu_throttled_nanos": 99_999_999_999,
+        "cpu_pressure_waiting_nanos": 99_999_999_999,
+        "run_delay_throttled_nanos": 100_000_000_000,
+        "run_delay_own_threads_nanos": 20_000_000_000,
+        "run_delay_neighbours_nanos": 3_456_789_000,
+    }
+    document = {
+        "interval_seconds": 15.000123,
+        "timestamp": 1.7e9,
+        "processes": processes,
+        "groups": [group],
+    }
+    threads = [top.ThreadRow(4194303, 4194302, "kube-controller", 10**12, 10**12, 10**9, 10**9)]
+    return top.View(document, threads=threads, threads_interval_ns=10**9)
+
+
+def plain(renderable) -> list[str]:
+    console = top.plain_console(None)
+    with console.capture() as captured:
+        console.print(renderable)
+    return captured.get().splitlines()
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [top.Selection(), top.Selection(pod=("ns", "p")), top.Selection(cgroup="/x", threads=True)],
+    ids=["node", "pod", "threads"],
+)
+def test_the_widest_view_fits_80_columns(selection):
+    view = big_view()
+    lines = plain(top.render(view, selection, 80, "https://127.0.0.1:9746", live=True))
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    text = "\n".join(lines)
+    assert "\x1b" not in text
+    if selection.threads:
+        assert "4194302" in text and "kube-controller" in text
+    else:
+        assert "4194303" in text
+    if selection.filters:  # the group's own cgroup line, its wait by cause
+        assert "81% own limit (throttled) · 16% own threads · 3% neighbours" in text
+        assert "999999/1000000 periods" in text
+    else:  # each process's group, cut in its middle
+        assert "a-very-…" in text and "/system….service" in text
+
+
+def test_names_are_shown_never_acted_on():
+    """A process names itself: an escape sequence, a line break or markup in its name is
+    printed as `?` or as written, never sent to the terminal or read as style."""
+    view = big_view()
+    for process in view.document["processes"]:
+        process["comm"] = "\x1b[2J[bold]x\n\x07"
+    view.document["processes"][1]["group"] = {"cgroup": "/a\x1b]0;title\x07"}
+    for live in (True, False):
+        console = top.Console(width=80, force_terminal=True, color_system="truecolor")
+        with console.capture() as captured:
+            console.print(top.render(view, top.Selection(), 80, live=live))
+        shown = captured.get()
+        assert "\x1b[2J" not in shown and "\x1b]0" not in shown and "\x07" not in shown
+        assert "?[2J[bold]x??" in shown and "/a?]0;title?" in shown
+
+
+def test_a_group_line_says_what_its_cgroup_did_not_give():
+    lines = top.group_lines({"group": {"cgroup": "/x"}, "processes": 1, "run_delay_nanos": 0})
+    assert lines == [
+        "cgroup /x  1 process with a delta",
+        "  own cgroup: no reading this interval (first sight, or not read)",
+        "  run delay 0",
+    ]
+
+
+def test_threads_sort_by_the_sort_field_when_a_thread_has_it():
+    rows = [top.ThreadRow(1, tid, "t", tid, 10 - tid, 0, 0) for tid in range(1, 6)]
+    by_delay = top.View({"processes": []}, threads=list(rows))
+    by_delay.cut(top.Selection(cgroup="/x", threads=True, limit=2))
+    assert [r.tid for r in by_delay.threads] == [1, 2]
+    by_cpu = top.View({"processes": []}, threads=list(rows))
+    by_cpu.cut(top.Selection(cgroup="/x", threads=True, sort="on_cpu_nanos", limit=None))
+    assert [r.tid for r in by_cpu.threads] == [5, 4, 3, 2, 1]
+    by_bytes = top.View({"processes": []}, threads=list(rows))  # no such thread field
+    by_bytes.cut(top.Selection(cgroup="/x", threads=True, sort="read_bytes", limit=None))
+    assert [r.tid for r in by_bytes.threads] == [1, 2, 3, 4, 5]
+
+
+# --- the threads' guard, over a proc tree of plain files ----------------------------------
+
+
+def write_thread(root: Path, pid: int, tid: int, comm: str, start: int, counters) -> None:
+    on_cpu, run_delay, voluntary, nonvoluntary = counters
+    task = root / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    rest = " ".join(["S", *["0"] * 16, "1", "0", str(start), "0", "0"])
+    (task / "stat").write_text(f"{tid} ({comm}) {rest}\n")
+    (task / "schedstat").write_text(f"{on_cpu} {run_delay} 1\n")
+    (task / "status").write_text(
+        f"Name:\t{comm}\nvoluntary_ctxt_switches:\t{voluntary}\n"
+        f"nonvoluntary_ctxt_switches:\t{nonvoluntary}\n"
+    )
+
+
+def test_threads_are_guarded_like_the_collectors_cache(tmp_path):
+    clock = iter(range(0, 10**12, 10**9))
+    watch = top.ThreadWatch(ProcFS(str(tmp_path)), clock=lambda: next(clock))
+    write_thread(tmp_path, 10, 10, "main", 100, (1000, 10, 1, 1))
+    write_thread(tmp_path, 10, 11, "worker one", 100, (5000, 900, 5, 5))
+    write_thread(tmp_path, 10, 12, "worker) (x", 100, (7000, 90, 7, 7))
+    assert watch.read([10, 99]) == []  # first sight; PID 99 does not exist
+    assert watch.interval_ns is None
+    write_thread(tmp_path, 10, 10, "main", 100, (1500, 20, 2, 1))
+    write_thread(tmp_path, 10, 11, "worker one", 200, (10, 1, 1, 1))  # TID reused
+    write_thread(tmp_path, 10, 12, "worker) (x", 100, (6000, 95, 8, 8))  # a counter fell
+    write_thread(tmp_path, 10, 13, "new", 150, (10, 1, 1, 1))  # first sight
+    rows = watch.read([10])
+    assert rows == [top.ThreadRow(10, 10, "main", 500, 10, 1, 0)]
+    assert watch.interval_ns == 10**9
+    write_thread(tmp_path, 10, 11, "worker one", 200, (30, 4, 1, 3))
+    write_thread(tmp_path, 10, 13, "new", 150, (20, 3, 2, 1))
+    (tmp_path / "10" / "task" / "12" / "schedstat").unlink()  # vanished mid-read
+    rows = sorted(watch.read([10]))
+    assert rows == [
+        top.ThreadRow(10, 10, "main", 0, 0, 0, 0),
+        top.ThreadRow(10, 11, "worker one", 20, 3, 0, 2),
+        top.ThreadRow(10, 13, "new", 10, 2, 1, 0),
+    ]
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--pod", "just-a-name"], ["--pod", "NAMESPACE/NAME"]),
+        (["--pod", "a/b/c"], ["--pod", "NAMESPACE/NAME"]),
+        (["--pod", "/b"], ["--pod"]),
+        (["--cgroup", "relative/path"], ["--cgroup"]),
+        (["--pod", "a/b", "--cgroup", "/x"], ["--pod", "--cgroup"]),
+        (["--threads"], ["--threads", "--pod", "--cgroup"]),
+        (["--sort", "comm"], ["--sort", "comm"]),
+        (["--limit", "-1"], ["--limit"]),
+        (["--interval", "0"], ["--interval"]),
+        (["--format", "prometheus"], ["--format"]),
+        (["--from", "ftp://example.invalid"], ["--from", "http://"]),
+        (["--from", "127.0.0.1:port"], ["--from", "http://"]),
+        (["--from", "http://127.0.0.1:1", "--from.key-file", "k"], ["--from.cert-file"]),
+        (["--from", "http://127.0.0.1:1", "--from.password-file", "p"], ["--from.username"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, words):
+    assert_one_line_error(procdelta("top", "--format", "json", *args), *words)
+
+
+def test_a_bad_value_from_the_environment_names_its_variable():
+    result = procdelta("top", "--format", "json", env={"PROCDELTA_POD": "nope"})
+    assert_one_line_error(result, "PROCDELTA_POD (for --pod)", "NAMESPACE/NAME")
+
+
+def test_an_unreachable_server_is_one_line():
+    port = free_port()  # nothing listens there
+    result = procdelta("top", "--from", f"127.0.0.1:{port}", "--format", "json")
+    assert_one_line_error(result, f"--from http://127.0.0.1:{port}", "cannot connect", status=1)
+
+
+def test_a_server_without_the_processes_view_is_one_line():
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    server = make_server("127.0.0.1:0", loop, "/metrics", None, None, processes=False)
+    with contextlib.ExitStack() as stack:
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        stack.callback(thread.join, 10)
+        stack.callback(server.server_close)
+        stack.callback(server.shutdown)
+        port = server.server_address[1]
+        result = procdelta("top", "--from", f"http://127.0.0.1:{port}/", "--format", "json")
+    assert_one_line_error(result, "404", "--no-web.processes", status=1)
+
+
+def test_the_served_document_comes_through_whole():
+    """With --from, the JSON is the server's own document: its interval, its processes."""
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    with serving(loop) as port:
+        result = procdelta("top", "--from", f"http://127.0.0.1:{port}", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == {"interval_seconds", "timestamp", "processes", "groups"}
+    assert document["processes"] == []  # the counting engine keeps no process table
+
+
+# --- real processes in real cgroups ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workloads(tmp_path_factory) -> Iterator[dict]:
+    """A throttled pod (one busy thread under a 20% quota, kubelet's cgroupfs layout on
+    the v1 cpu controllers and the v2 tree), and a cgroup whose two busy threads share
+    one CPU beside an idle one (each thread named for what it does)."""
+    logs = tmp_path_factory.mktemp("logs")
+    cid = uuid.uuid4().hex * 2
+    (logs / "pods" / f"top_throttled-pod_{THROTTLED_UID}").mkdir(parents=True)
+    (logs / "containers").mkdir()
+    (logs / "containers" / f"throttled-pod_top_main-{cid}.log").touch()
+    name = f"procdelta-test-top-{uuid.uuid4().hex[:12]}"
+    with contextlib.ExitStack() as stack:
+        pod = stack.enter_context(
+            cgroups(("cpu", "cpuacct", "v2"), f"kubepods/burstable/pod{THROTTLED_UID}/{cid}")
+        )
+        with open(Path(pod["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
+            quota.write("20000")
+        # a requested pod's weight beside BestEffort neighbours (as tests/test_end_to_end.py
+        # sets it): once its quota refills it runs at once, so its wait is its quota's
+        with open(Path(pod["cpu"]) / "cpu.shares", "w") as shares:
+            shares.write(str(1024 * 204 // 2))
+        throttled = stack.enter_context(
+            Workload(list(pod.values()), "--busy", "1", "--name-threads")
+        )
+        contended = stack.enter_context(cgroup("v2", name))
+        shared = stack.enter_context(
+            Workload(contended, "--busy", "2", "--idle", "1", "--cpu", "0", "--name-threads")
+        )
+        yield {
+            "logs": ["--path.pod-logs", str(logs / "pods"),
+                     "--path.container-logs", str(logs / "containers")],
+            "throttled": throttled.pid,
+            "cgroup": "/" + name,
+            "shared": shared.pid,
+        }  # fmt: skip
+
+
+def run_json(*args: str) -> dict:
+    result = procdelta("top", "--format", "json", "--interval", "1", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.kernel
+def test_json_of_a_throttled_pod_reads_as_its_own_limit(workloads):
+    document = run_json("--pod", "top/throttled-pod", *workloads["logs"])
+    assert 0.5 < document["interval_seconds"] < 5
+    assert abs(document["timestamp"] - time.time()) < 30
+    (process,) = document["processes"]
+    assert process["pid"] == workloads["throttled"] and process["comm"] == LEADER
+    assert process["group"] == {"namespace": "top", "pod": "throttled-pod",
+                                "uid": THROTTLED_UID, "qos": "burstable"}  # fmt: skip
+    assert process["on_cpu_nanos"] > 0 and process["run_delay_nanos"] > 0
+    (group,) = document["groups"]
+    assert group["group"] == process["group"]
+    assert group["processes"] == 1 and group["run_delay_nanos"] == process["run_delay_nanos"]
+    assert group["cgroup_cpu_nanos"] > 0
+    assert group["cpu_throttled_periods"] > 0.5 * group["cpu_periods"]
+    # its wait is mostly its own quota's
+    assert group["run_delay_throttled_nanos"] > 0.5 * group["run_delay_nanos"]
+
+
+@pytest.mark.kernel
+def test_json_of_a_cgroup_and_the_node(workloads):
+    document = run_json("--cgroup", workloads["cgroup"], "--sort", "on_cpu_nanos")
+    (process,) = document["processes"]
+    assert process["pid"] == workloads["shared"] and process["threads"] == 4
+    assert process["group"] == {"cgroup": workloads["cgroup"]}
+    assert [g["group"] for g in document["groups"]] == [{"cgroup": workloads["cgroup"]}]
+    node = run_json("--limit", "0", "--sort", "on_cpu_nanos")
+    pids = [p["pid"] for p in node["processes"]]
+    assert workloads["shared"] in pids and workloads["throttled"] in pids
+    cpu = [p["on_cpu_nanos"] for p in node["processes"]]
+    assert cpu == sorted(cpu, reverse=True)
+    assert {json.dumps(g["group"], sort_keys=True) for g in node["groups"]} == {
+        json.dumps(p["group"], sort_keys=True) for p in node["processes"]
+    }
+
+
+def assert_the_busy_threads_wait(document: dict, pid: int) -> None:
+    threads = document["threads"]
+    assert set(threads[0]) == {"pid", "tid", "comm", "on_cpu_nanos", "run_delay_nanos",
+                               "voluntary_switches", "nonvoluntary_switches"}  # fmt: skip
+    names = [t["comm"] for t in threads]
+    # two busy threads on one CPU: each waits for the other; the idle one and the
+    # leader (blocked reading its orders) never wait
+    assert sorted(names[:2]) == ["busy-0", "busy-1"], threads
+    assert {"idle-0", LEADER} <= set(names)
+    interval = document["threads_interval_seconds"] * 1e9
+    assert 0.5e9 < interval < 5e9
+    for thread in threads:
+        assert thread["pid"] == pid
+        if thread["comm"].startswith("busy"):
+            assert thread["run_delay_nanos"] > 0.2 * interval, thread
+            assert thread["on_cpu_nanos"] > 0.1 * interval, thread
+        else:
+            assert thread["run_delay_nanos"] < 0.01 * interval, thread
+    delays = [t["run_delay_nanos"] for t in threads]
+    assert delays == sorted(delays, reverse=True)
+
+
+@pytest.mark.kernel
+def test_threads_name_the_thread_that_waits(workloads):
+    document = run_json("--cgroup", workloads["cgroup"], "--threads")
+    assert [p["pid"] for p in document["processes"]] == [workloads["shared"]]
+    assert_the_busy_threads_wait(document, workloads["shared"])
+
+
+@contextlib.contextmanager
+def served(*extra: str) -> Iterator[int]:
+    """A real `procdelta serve` on 127.0.0.1, a pass every second: its port."""
+    port = free_port()
+    process = start_serve(port, *extra)
+    try:
+        yield port
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+@pytest.mark.kernel
+def test_threads_from_a_server_on_this_node(workloads):
+    with served() as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def listed():
+            asked = ("top", "--format", "json", "--from", url, "--cgroup", workloads["cgroup"])
+            result = procdelta(*asked)
+            return result.returncode == 0 and json.loads(result.stdout)["processes"] and result
+
+        document = json.loads(wait_until(listed, 30, "the cgroup's process served").stdout)
+        assert document["processes"][0]["pid"] == workloads["shared"]
+        document = run_json("--from", url, "--cgroup", workloads["cgroup"], "--threads")
+        assert_the_busy_threads_wait(document, workloads["shared"])
+        # the same PIDs under another proc filesystem: not this node's processes
+        elsewhere = ("--path.procfs", str(PASS1))
+        result = procdelta("top", "--format", "json", "--from", url, "--cgroup",
+                           workloads["cgroup"], "--threads", *elsewhere)  # fmt: skip
+    assert_one_line_error(result, "not this node's processes", "PROCDELTA_PATH_PROCFS", status=1)
+
+
+def test_basic_auth_and_tls_of_the_server(pki, tmp_path):
+    config = write_config(
+        pki,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n" + users_block(),
+    )
+    password = tmp_path / "password"
+    password.write_text(PASSWORD + "\n")
+    with served("--web.config.file", str(config)) as port:
+        url = f"https://127.0.0.1:{port}"
+        asked = ("top", "--format", "json", "--from", url)
+        ca = ("--from.ca-file", str(pki / "ca.crt"))
+        alice = ("--from.username", "alice", "--from.password-file", str(password))
+
+        def second_pass() -> bool:
+            result = procdelta(*asked, *ca, *alice)
+            return result.returncode == 0 and json.loads(result.stdout)["processes"] != []
+
+        wait_until(second_pass, 30, "the server's first interval")
+        anonymous = procdelta(*asked, *ca)
+        assert_one_line_error(anonymous, "401", "--from.username", "--from.password-file", status=1)
+        wrong = tmp_path / "wrong"
+        wrong.write_text("not it\n")
+        refused = procdelta(*asked, *ca, "--from.username", "alice",
+                            "--from.password-file", str(wrong))  # fmt: skip
+        assert_one_line_error(refused, "401", "'alice'", status=1)
+        untrusted = procdelta(*asked, "--from.username", "alice",
+                              "--from.password-file", str(password))  # fmt: skip
+        assert_one_line_error(untrusted, "TLS", "--from.ca-file", status=1)
+        for trust in (ca, ("--from.insecure-skip-verify",)):
+            result = procdelta(*asked, *trust, "--from.username", "alice",
+                               "--from.password-file", str(password), "--limit", "3")  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            document = json.loads(result.stdout)
+            assert len(document["processes"]) == 3
+            assert document["interval_seconds"] == pytest.approx(1, abs=0.5)
+        # the same by environment variables
+        environment = {"PROCDELTA_FROM": url, "PROCDELTA_FROM_CA_FILE": str(pki / "ca.crt"),
+                       "PROCDELTA_FROM_USERNAME": "alice",
+                       "PROCDELTA_FROM_PASSWORD_FILE": str(password)}  # fmt: skip
+        assert procdelta("top", "--format", "json", env=environment).returncode == 0
+
+
+def test_client_certificates(pki):
+    config = write_config(pki, "tls_server_config:\n  cert_file: server.crt\n"
+                          "  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n"
+                          "  client_ca_file: ca.crt\n")  # fmt: skip
+    with served("--web.config.file", str(config)) as port:
+        asked = ("top", "--format", "json", "--from", f"https://127.0.0.1:{port}",
+                 "--from.ca-file", str(pki / "ca.crt"))  # fmt: skip
+        certified = ("--from.cert-file", str(pki / "client.crt"),
+                     "--from.key-file", str(pki / "client.key"))  # fmt: skip
+        wait_until(lambda: procdelta(*asked, *certified).returncode == 0, 30, "the server up")
+        assert_one_line_error(procdelta(*asked), "--from", "TLS", status=1)
+
+
+# --- plain text off a terminal -----------------------------------------------------------
+
+
+def first_blocks(args: list[str], blocks: int = 2, timeout: float = 60) -> str:
+    """The first `blocks` blocks `top` prints into a pipe (each whole: the next one has
+    begun); then it is stopped by SIGINT, and exits 0."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", "top", "--interval", "0.5", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    header = b"procdelta top "
+    try:
+        out = b""
+        deadline = time.time() + timeout
+        while out.count(header) <= blocks and time.time() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], 0.2)
+            if ready:
+                chunk = os.read(process.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+        assert out.count(header) > blocks, (out, process.stderr)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+    assert process.returncode == 0, process.stderr.read()
+    starts = [m.start() for m in re.finditer(re.escape(header), out)]
+    return out[: starts[blocks]].decode()
+
+
+@pytest.mark.kernel
+def test_plain_text_off_a_terminal_fits_80_columns(workloads):
+    text = first_blocks(["--limit", "40"])
+    lines = text.splitlines()
+    assert "\x1b" not in text
+    assert max(len(line) for line in lines) <= 80
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert len(re.findall(r"^procdelta top  node  by run delay  interval", text, re.M)) == 2
+    # each process with its group in the last column: (in a test run) the root or a cgroup
+    rows = re.findall(r"^ *\d+ .{15} +\d+ .* (/\S*|\S+/\S+)$", text, re.M)
+    assert 2 <= len(rows) <= 80
+    pod = first_blocks(["--pod", "top/throttled-pod", *workloads["logs"]], blocks=1)
+    assert max(len(line) for line in pod.splitlines()) <= 80
+    assert "pod top/throttled-pod  burstable  1 process with a delta" in pod
+    assert re.search(r"run delay \S+: \d+% own limit \(throttled\) · \d+% own threads", pod)
+    assert re.search(rf"^ *{workloads['throttled']} {LEADER} +2 ", pod, re.M)
+
+
+# --- the live screen in a pseudo-terminal ------------------------------------------------
+
+
+class Terminal:
+    """`procdelta top` on a pseudo-terminal of 80x24 that is its controlling terminal."""
+
+    def __init__(self, *args: str):
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        self.slave = slave
+        self.before = termios.tcgetattr(slave)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "collector", "top", "--interval", "0.5", *args],
+            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            env={**os.environ, "TERM": "xterm-256color"},
+        )  # fmt: skip
+        self.output = b""
+
+    def read_until(self, pattern: bytes, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        while pattern not in self.output and time.time() < deadline:
+            self._drain(0.1)
+        assert pattern in self.output, self.output[-2000:]
+
+    def _drain(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.master], [], [], timeout)
+        if ready:
+            with contextlib.suppress(OSError):
+                self.output += os.read(self.master, 65536)
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def wait(self, timeout: float = 15) -> int:
+        deadline = time.time() + timeout
+        while self.process.poll() is None and time.time() < deadline:
+            self._drain(0.1)
+        self._drain(0.1)
+        return self.process.wait(timeout=1)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        os.close(self.master)
+        os.close(self.slave)
+
+
+@pytest.fixture
+def terminal() -> Iterator[callable]:
+    made: list[Terminal] = []
+
+    def make(*args: str) -> Terminal:
+        made.append(Terminal(*args))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+ENTER_SCREEN, LEAVE_SCREEN = b"\x1b[?1049h", b"\x1b[?1049l"
+
+
+@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+def test_the_live_screen_quits_and_gives_the_terminal_back(terminal, key):
+    screen = terminal("--limit", "5")
+    screen.read_until(ENTER_SCREEN)
+    screen.read_until(b"s at ")  # "interval 0.50s at ...": a refresh after the first pass
+    assert termios.tcgetattr(screen.slave) != screen.before  # cbreak: no echo, no lines
+    screen.type(key)
+    assert screen.wait() == 0
+    assert termios.tcgetattr(screen.slave) == screen.before
+    assert screen.output.rindex(LEAVE_SCREEN) > screen.output.rindex(ENTER_SCREEN)
+    shown = ANSI.sub(b"", screen.output).decode("utf-8", "replace")
+    assert "procdelta top  node  by run delay  interval" in shown
+    assert "PID COMM" in shown and "Traceback" not in shown
+
+
+def test_an_error_in_the_live_screen_is_one_line_and_gives_the_terminal_back(terminal):
+    screen = terminal("--from", f"http://127.0.0.1:{free_port()}")
+    code = screen.wait()
+    assert code == 1
+    assert termios.tcgetattr(screen.slave) == screen.before
+    after = screen.output[screen.output.rindex(LEAVE_SCREEN) + len(LEAVE_SCREEN) :]
+    lines = ANSI.sub(b"", after).decode().strip().splitlines()
+    assert len(lines) == 1 and "cannot connect" in lines[0], lines
+
+
+def test_a_resized_terminal_is_redrawn_at_once(terminal):
+    screen = terminal("--interval", "60")  # no refresh due while the test runs
+    screen.read_until(b"first pass done")
+    mark = len(screen.output)
+    fcntl.ioctl(screen.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+
+    def widths() -> set[int]:
+        """The widths of the lines of the frames drawn since (each from the screen's top)."""
+        frames = screen.output[mark:].split(b"\x1b[H")[1:]
+        shown = ANSI.sub(b"", b"\r\n".join(frames)).decode("utf-8", "replace")
+        return {len(line) for line in shown.split("\r\n")}
+
+    deadline = time.time() + 10
+    while 100 not in widths() and time.time() < deadline:
+        screen._drain(0.1)
+    assert 100 in widths() and max(widths()) <= 100
+    screen.type(b"q")
+    assert screen.wait() == 0
