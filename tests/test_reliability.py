@@ -200,5 +200,5 @@ def test_without_privileges_it_says_so_once_and_exports_what_it_can(busy_group):
     assert value(samples, "procdelta_interval_processes", cgroup=busy_group) == 1
     warnings = [line for line in stderr.splitlines() if "CAP_SYS_PTRACE" in line]
     assert len(warnings) == 1, stderr
-    assert "WARNING" in warnings[0] and "SYS_PTRACE" in warnings[0]
+    assert "level=warn" in warnings[0] and "SYS_PTRACE" in warnings[0]
     assert "Traceback" not in stderr
