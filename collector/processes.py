@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -124,17 +124,7 @@ class ProcessTable:
 
     def rows(self, query: Query) -> list[Row]:
         """The processes the query matches, sorted and cut to its limit."""
-        matched: dict[Group, bool] = {}
-
-        def matches(group: Group | None) -> bool:
-            if group is None:
-                return False
-            answer = matched.get(group)
-            if answer is None:
-                answer = matched[group] = query.matches(group.label_dict())
-            return answer
-
-        rows = self._rows(matches)
+        rows = self._rows(_matcher(query))
         name = query.sort
 
         def key(row: Row) -> tuple[int, int]:
@@ -161,11 +151,36 @@ class ProcessTable:
                 fields = Fields(1, share + (index < extra))
                 yield Row(pid, reading.comm, group, len(reading.threads), fields)
 
+    def pids(self, query: Query) -> list[int]:
+        """Every PID the pass saw in a group the query matches, with a delta or not."""
+        matches = _matcher(query)
+        pids = {pid for pid, group in self.group_of_pid.items() if matches(group)}
+        for cgroup, members in self.carried_members.items():
+            if matches(self.carried_groups.get(cgroup)):
+                pids.update(members)
+        return sorted(pids)
+
     def groups(self, query: Query) -> set[Group]:
         """Every group with a process in the table that the query matches."""
         groups = {g for g in self.group_of_pid.values() if g is not None}
         groups.update(self.carried_groups.values())
         return {g for g in groups if query.matches(g.label_dict())}
+
+
+def _matcher(query: Query) -> Callable[[Group | None], bool]:
+    """Whether a group (None: a process left out of the sums) is one the query matches,
+    each group's labels matched once."""
+    matched: dict[Group, bool] = {}
+
+    def matches(group: Group | None) -> bool:
+        if group is None:
+            return False
+        answer = matched.get(group)
+        if answer is None:
+            answer = matched[group] = query.matches(group.label_dict())
+        return answer
+
+    return matches
 
 
 def process_row(row: Row) -> dict[str, object]:

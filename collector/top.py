@@ -45,7 +45,7 @@ from collector.model import Malformed, ProcError
 from collector.output import group_name
 from collector.parse import parse_schedstat, parse_stat, parse_status_switches
 from collector.plainread import boottime_ns
-from collector.processes import DEFAULT_LIMIT, DEFAULT_SORT, PassView, ProcessTable, Query
+from collector.processes import DEFAULT_LIMIT, DEFAULT_SORT, PassView, Query
 from collector.procfs import ProcFS
 
 log = logging.getLogger(__name__)
@@ -280,30 +280,11 @@ class LocalSource:
         query = self.selection.query()
         pids: dict[int, str] = {}
         if self.selection.threads:
-            pids = dict.fromkeys(group_pids(result.processes, query), "")
+            pids = dict.fromkeys(result.processes.pids(query), "")
         if result.interval_ns is None:
             return View({}, pids)
         document = PassView.of(result).document(query, self.cgroup_fields)
         return View(document, pids)
-
-
-def group_pids(table: ProcessTable, query: Query) -> list[int]:
-    """Every PID the pass saw in a group the query matches, with a delta or not."""
-    matched: dict[Any, bool] = {}
-
-    def matches(group) -> bool:
-        if group is None:
-            return False
-        answer = matched.get(group)
-        if answer is None:
-            answer = matched[group] = query.matches(group.label_dict())
-        return answer
-
-    pids = {pid for pid, group in table.group_of_pid.items() if matches(group)}
-    for cgroup, members in table.carried_members.items():
-        if matches(table.carried_groups.get(cgroup)):
-            pids.update(members)
-    return sorted(pids)
 
 
 @dataclass(frozen=True, slots=True)

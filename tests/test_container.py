@@ -110,6 +110,11 @@ def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
         "--env=PROCDELTA_PATH_CGROUPFS=/host/sys/fs/cgroup",
         "--env=PROCDELTA_PATH_POD_LOGS=/var/log/pods",
         "--env=PROCDELTA_PATH_CONTAINER_LOGS=/var/log/containers",
+        # and the grouping, so that a command run there groups as serve does
+        "--env=PROCDELTA_PER_CONTAINER=false",
+        "--env=PROCDELTA_PODS_ONLY=false",
+        "--env=PROCDELTA_COLLECTOR_CGROUP=true",
+        "--env=PROCDELTA_COLLECTOR_CGROUP_PRESSURE=true",
         "--publish=127.0.0.1:40001:9746/tcp",
         "--security-opt=no-new-privileges",
         "--cap-drop=ALL",
@@ -722,11 +727,36 @@ def test_a_command_run_in_the_pod_reads_the_hosts_proc_as_serve_does(scene, mode
     text = run_inside(
         collector, "procdelta", "once", "--interval=1", "--pods-only", "--format=json"
     )
-    groups = {row["group"].get("uid"): row for row in json.loads(text)}
+    groups = {row["group"].get("uid"): row for row in json.loads(text)["groups"]}
     for pod in (scene.neighbour, collector.pod):
         assert groups[pod.uid]["group"] == pod.labels, f"no {pod.labels} in once's groups"
         assert groups[pod.uid]["processes"] >= 2, groups[pod.uid]  # each pod's two at least
     assert groups[collector.pod.uid]["cgroup_cpu_nanos"] > 0
-    # `procdelta top --from http://127.0.0.1:9746 --pod <namespace>/<pod> --format json`,
-    # run the same way, is checked here once the command exists: the pod's processes and
-    # its group line, as /processes gives them above.
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", MODES)
+def test_top_from_the_pods_own_serve_runs_in_the_pod(scene, mode):
+    """`procdelta top --from http://127.0.0.1:<port>`, run in the container as `kubectl
+    exec` runs it, with nothing but the DaemonSet's environment: the pod's processes and
+    its group line from serve's /processes; with `--threads`, procdelta's own threads,
+    read from the host's /proc the environment names (the served PIDs are the host's)."""
+    collector = scene.collectors[mode]
+    pid = collector.state()["Pid"]
+    (port,) = [p["containerPort"] for p in scene.daemonset_container["ports"]]
+    labels = collector.pod.labels
+    argv = ["procdelta", "top", f"--from=http://127.0.0.1:{port}",
+            f"--pod={labels['namespace']}/{labels['pod']}", "--format=json"]  # fmt: skip
+
+    def listed() -> dict | None:
+        document = json.loads(run_inside(collector, *argv, "--limit=0"))
+        return document if any(row["pid"] == pid for row in document["processes"]) else None
+
+    document = wait_until(listed, 30, f"top --from listing procdelta ({mode})")
+    assert all(row["group"] == labels for row in document["processes"])
+    (group,) = document["groups"]
+    assert group["group"] == labels and group["cgroup_cpu_nanos"] > 0
+    threads = json.loads(run_inside(collector, *argv, "--threads", "--limit=0"))["threads"]
+    own = [t for t in threads if t["pid"] == pid]
+    assert len(own) >= 2 and {t["tid"] for t in own} >= {pid}, threads
+    assert all(t["comm"] for t in own)
