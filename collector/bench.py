@@ -8,9 +8,11 @@ CPU per scrape of the same table. Medians; ratios to (b). Then, over the same ta
 what a node pays for the whole collector: (d) a real `procdelta serve` in a process of its
 own, scraped once a pass as Prometheus scrapes it, its whole CPU per pass (the pass,
 building, rendering and compressing the page, garbage collection, answering the scrape),
-as a ratio to the same floor; and what it ships: series and bytes per pod on its page, for
-each switch. Then the RSS of a real `procdelta serve` and the latency of `/metrics` with
-1000 groups while passes run. Machines are noisy: read the ratios, not the absolute times.
+as a ratio to the same floor; (e) what a request of its processes view (`/processes`, the
+default query and every process) costs that process, against the floor measured beside
+each request; and what it ships: series and bytes per pod on its page, for each switch.
+Then the RSS of a real `procdelta serve` (N=1000 and N=5000) and the latency of `/metrics`
+with 1000 groups while passes run. Machines are noisy: read the ratios, not the absolute times.
 """
 
 from __future__ import annotations
@@ -459,6 +461,23 @@ def _until_passes(scraper: Scraper, passes: int, timeout: float = 60, poll: floa
         time.sleep(poll)
 
 
+def _halfway(scraper: Scraper, interval: float) -> float:
+    """The monotonic instant halfway between the pass that completes next and the one
+    after it (a pass starts every `interval`: found from the moment the page's pass
+    count moves, and the mean pass duration the page gives)."""
+    page = scraper.scrape()
+    seen, deadline = page.passes, time.monotonic() + 10 * interval + 30
+    while page.passes == seen:  # the moment a pass completes
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"procdelta serve completed no pass after its {seen}th")
+        time.sleep(0.005)
+        page = scraper.scrape()
+    completed = time.monotonic()
+    count = page.value("procdelta_pass_duration_seconds_count") or 1
+    duration = (page.value("procdelta_pass_duration_seconds_sum") or 0) / count
+    return completed + max(0.0, interval - duration) / 2
+
+
 @dataclass
 class Served:
     """The whole serve process's CPU over a span of passes, scraped once a pass."""
@@ -488,17 +507,8 @@ def measure_served(
     halfway between two passes of the served process: the floor of the same span, as a
     pass row's floor is measured in the same rounds as its passes."""
     process = psutil.Process(pid)
-    page = _until_passes(scraper, warmup, poll=interval / 5)
-    seen, deadline = page.passes, time.monotonic() + 10 * interval + 30
-    while page.passes == seen:  # the moment a pass completes
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"procdelta serve completed no pass after its {seen}th")
-        time.sleep(0.005)
-        page = scraper.scrape()
-    completed = time.monotonic()
-    count = page.value("procdelta_pass_duration_seconds_count") or 1
-    duration = (page.value("procdelta_pass_duration_seconds_sum") or 0) / count
-    at = completed + max(0.0, interval - duration) / 2  # halfway to the next pass
+    _until_passes(scraper, warmup, poll=interval / 5)
+    at = _halfway(scraper, interval)
     time.sleep(max(0.0, at - time.monotonic()))
     first = last = scraper.scrape().passes
     cpu = sum(process.cpu_times()[:2])
@@ -523,6 +533,88 @@ def measure_served(
             raise RuntimeError(f"procdelta serve completed {last - first} of {passes} passes")
     cpu = sum(process.cpu_times()[:2]) - cpu
     return Served(cpu / (last - first), last - first, per_pass, misaligned, floors)
+
+
+# The queries of /processes the bench asks a served process (docs/reference.md §8): the
+# default (sorted by run delay, the first 20) and every process (`limit=0`), by row name
+VIEW_QUERIES: tuple[tuple[str, str], ...] = (("view", ""), ("view all", "limit=0"))
+VIEW_REQUESTS = 20
+
+
+@dataclass
+class ViewCost:
+    """Requests of `/processes` with one query, each halfway between two passes."""
+
+    query: str
+    cpu: list[float]  # s: the serve process's CPU (every thread's schedstat) for each request
+    wall: list[float]  # s: each request's latency at the client, from sending to the last byte
+    floor: list[float]  # s: a pass of the floor (its own process) after each request
+    listed: int  # processes in the last answer
+    body_bytes: int  # its JSON's bytes
+    misaligned: int = 0  # requests a pass completed beside, left out
+
+
+def measure_view(
+    pid: int,
+    scraper: Scraper,
+    query: str = "",
+    requests: int = VIEW_REQUESTS,
+    interval: float = SERVED_INTERVAL,
+    floor: Callable[[], Sample] | None = None,
+) -> ViewCost:
+    """Ask a served process for `/processes?query` once a pass, halfway between two passes,
+    on one kept-alive connection (as `procdelta top --from` polls it): the process's CPU
+    for the request (every thread's schedstat, read before it and a moment after its last
+    byte: the event loop, the views thread making the document and its JSON, the write)
+    and its latency at the client. A /metrics scrape before and after each request tells
+    whether a pass completed beside it: such a request is left out. With `floor`, one pass
+    of the floor right after each request: the floor of the same span."""
+    path = "/processes" + (f"?{query}" if query else "")
+    connection = http.client.HTTPConnection("127.0.0.1", scraper.port, timeout=scraper.timeout)
+
+    def ask() -> bytes:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
+        return body
+
+    settle = 0.01  # the server's thread asleep again after its last byte
+    cpu: list[float] = []
+    wall: list[float] = []
+    floors: list[float] = []
+    misaligned, body = 0, b""
+    try:
+        ask()  # the views thread is made on the first request
+        at = _halfway(scraper, interval)
+        deadline = time.monotonic() + 4 * requests * interval + 60
+        while len(cpu) < requests:
+            time.sleep(max(0.0, at - time.monotonic()))
+            at += interval
+            before = scraper.scrape().passes
+            time.sleep(settle)
+            thread_ns = _thread_cpu_ns(pid)
+            began = time.perf_counter()
+            body = ask()
+            took = time.perf_counter() - began
+            time.sleep(settle)
+            used_ns = _thread_cpu_ns(pid) - thread_ns
+            if scraper.scrape().passes == before:
+                cpu.append(used_ns / 1e9)
+                wall.append(took)
+                if floor is not None:
+                    floors.append(floor().cpu)
+            else:
+                misaligned += 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path}: {len(cpu)} of {requests} requests between passes")
+            if at < time.monotonic():  # fell behind (a slow request, a slow floor): realign
+                at = _halfway(scraper, interval)
+    finally:
+        connection.close()
+    listed = len(json.loads(body)["processes"])
+    return ViewCost(query, cpu, wall, floors, listed, len(body), misaligned)
 
 
 # The switches whose page the bench weighs: the default, then each turned the other way
@@ -607,6 +699,7 @@ class TableResult:
     exporter_failed: str | None = None  # why the exporter's scrapes were given up
     served: Served | None = None  # a served row: procdelta serve's whole CPU per pass
     served_failed: str | None = None  # a served row without a measure: why
+    view: ViewCost | None = None  # a view row: requests of /processes to the served process
 
     @property
     def ratio(self) -> float:
@@ -677,9 +770,9 @@ def bench_table(
         floor = Sample(
             statistics.median(s.cpu for s in naive), statistics.median(s.wall for s in naive)
         )
-        whole = None
+        whole: list[TableResult] = []
         if served_passes:
-            whole = _served_row(name, pods_file, served_passes, seen, floor, floor_pass)
+            whole = _served_rows(name, pods_file, served_passes, seen, floor, floor_pass)
         if then is not None:
             then(pods_file)
     return [
@@ -697,20 +790,32 @@ def bench_table(
             exporter_failed,
         )
         for (label, _), samples in zip(variants, ours, strict=True)
-    ] + ([whole] if whole is not None else [])
+    ] + whole
 
 
-def _served_row(
+def _served_rows(
     name: str,
     pods_file: str | None,
     passes: int,
     seen: tuple[int, int],
     floor: Sample,
     floor_pass: Callable[[], Sample] | None = None,
-) -> TableResult:
-    """The served row; its floor is `floor_pass`'s passes in the served span (`floor`,
-    the rounds' floor, where there is none: the machine's pace drifts between spans)."""
+    queries: Sequence[tuple[str, str]] = VIEW_QUERIES,
+    requests: int = VIEW_REQUESTS,
+) -> list[TableResult]:
+    """The served row, then a view row for each of `queries` (`measure_view`, the same
+    served process after its measured passes). Each row's floor is `floor_pass`'s passes
+    in its own span (`floor`, the rounds' floor, where there is none: the machine's pace
+    drifts between spans). A serve that fails is one row saying why."""
+    failures = (RuntimeError, OSError, http.client.HTTPException, ValueError, KeyError)
+
+    def failed(label: str, error: Exception) -> TableResult:  # said, not raised
+        why = f"{type(error).__name__}: {error}"
+        nothing = Sample(math.nan, math.nan)
+        return TableResult(label, seen[0], seen[1], nothing, floor, [], None, served_failed=why)
+
     label = f"{name} served"
+    views: list[TableResult] = []
     try:
         with contextlib.ExitStack() as stack:
             args: list[str] = []
@@ -719,15 +824,33 @@ def _served_row(
                 args = ["--path.pod-logs", pod_logs, "--path.container-logs", container_logs]
             pid, scraper = stack.enter_context(served(args))
             whole = measure_served(pid, scraper, passes, floor=floor_pass)
-    except (RuntimeError, OSError, http.client.HTTPException) as error:  # said, not raised
-        failed = Sample(math.nan, math.nan)
-        why = f"{type(error).__name__}: {error}"
-        return TableResult(label, seen[0], seen[1], failed, floor, [], None, served_failed=why)
+            for row, query in queries:
+                try:
+                    view = measure_view(pid, scraper, query, requests, floor=floor_pass)
+                except failures as error:
+                    views.append(failed(f"{name} {row}", error))
+                    continue
+                views.append(_view_row(f"{name} {row}", seen, view, floor))
+    except failures as error:
+        return [failed(label, error)]
     if whole.floor:
         floor = Sample(statistics.median(whole.floor), math.nan)
-    return TableResult(
+    served_row = TableResult(
         label, seen[0], seen[1], Sample(whole.cpu_per_pass, math.nan), floor,
         [cpu / floor.cpu for cpu in whole.per_pass], None, None, whole,
+    )  # fmt: skip
+    return [served_row, *views]
+
+
+def _view_row(label: str, seen: tuple[int, int], view: ViewCost, floor: Sample) -> TableResult:
+    """A view row: the median request's CPU and latency; its ratios, request by request,
+    to the floor's pass after it (`floor`, where none was run)."""
+    floors = view.floor or [floor.cpu] * len(view.cpu)
+    return TableResult(
+        label, seen[0], seen[1],
+        Sample(statistics.median(view.cpu), statistics.median(view.wall)),
+        Sample(statistics.median(floors), math.nan),
+        [cpu / f for cpu, f in zip(view.cpu, floors, strict=True)], None, view=view,
     )  # fmt: skip
 
 
@@ -746,7 +869,7 @@ def serve_idle_cpu(seconds: float = 20, interval: float = 60) -> float:
 
 def serve_rss(processes: int, passes: int = 4) -> float:
     """RSS (MB) of a real `procdelta serve` after some passes over a synthetic table."""
-    with synthetic_table(processes, "idle"):
+    with pid_room(processes * 3), synthetic_table(processes, "idle"):
         port = _free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "collector", "serve", "--interval", "0.5",
@@ -950,6 +1073,14 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         "own process: the machine's pace drifts between spans); ratio: cpu over naive;",
         "spread: the middle half of the pass-by-pass ratios (scrape to scrape). No wall",
         "time: a pass waits for its interval.",
+        f"view: then {VIEW_REQUESTS} requests of /processes to the same served process "
+        "(sorted by run",
+        "delay, the first 20; view all: limit=0, every process), HTTP over 127.0.0.1 on a",
+        "kept-alive connection, once a pass halfway between passes (one beside which a pass",
+        "completed is left out). cpu: the serve process's CPU (every thread) for a request;",
+        "wall: its latency at the client; naive: a floor pass after each request; ratio and",
+        "spread: of the request-by-request ratios. Below the table: a request over the",
+        "served row's CPU per pass.",
     ):
         echo(line)
     header = (
@@ -958,9 +1089,10 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         f"{'p-e ms':>8} {'p-e ratio':>9}"
     )
     echo(header)
-    failures, notes = [], []
+    failures, notes, views = [], [], []
     shipped: list[tuple[str, list[PageSize]]] = []
     for table in tables(quick):
+        served_cpu = math.nan  # the table's served row's CPU per pass, for its view rows
 
         def weigh(pods_file: str | None, name: str = table.name) -> None:
             assert pods_file is not None, "a table weighed has pods"
@@ -971,6 +1103,10 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
             SERVED_PASSES if table.served else 0, weigh if table.sizes else None,
         ):  # fmt: skip
             _echo_row(result, echo)
+            if result.served is not None:
+                served_cpu = result.served.cpu_per_pass
+            if result.view is not None:
+                views.append(_view_note(result, served_cpu))
             if result.exporter_failed:
                 failures.append(f"{result.name}: {result.exporter_failed}")
             if result.served_failed is not None:
@@ -984,6 +1120,8 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         echo(f"prometheus-process-exporter could not keep up ({failure}): its scrapes stopped")
     for note in notes:
         echo(note)
+    for view in views:
+        echo(view)
     idle = serve_idle_cpu(10 if quick else 20)
     echo("")
     echo(f"procdelta serve between passes (none due, unscraped): {idle:.2f} ms of CPU per second;")
@@ -994,7 +1132,9 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     for name, sizes in shipped:
         _echo_sizes(name, sizes, echo)
     if not quick:
-        echo(f"RSS of procdelta serve over the N=1000 table: {serve_rss(1000):.1f} MB")
+        for processes in (1000, 5000):
+            rss = serve_rss(processes)
+            echo(f"RSS of procdelta serve over the N={processes} table: {rss:.1f} MB")
     latencies = metrics_latency()
     echo(
         f"/metrics with 1000 groups while passes run: p50 {_percentile(latencies, 0.5):.2f} ms, "
@@ -1024,6 +1164,19 @@ def _echo_row(result: TableResult, echo: Callable[[str], None]) -> None:
         f"{wall} {ours.cpu * 1e6 / result.processes:8.1f} "
         f"{ours.cpu * 1e6 / result.threads:7.2f} {naive.cpu * 1e3:9.1f} "
         f"{result.ratio:6.2f} {spread:>10} {exporter}"
+    )
+
+
+def _view_note(result: TableResult, served_cpu: float) -> str:
+    """A view row's request against its table's served pass: CPU, and what it answered."""
+    view = result.view
+    assert view is not None
+    query = f"?{view.query}" if view.query else ""
+    return (
+        f"/processes{query} of {result.name}: {result.procdelta.cpu * 1e3:.1f} ms of CPU, "
+        f"{result.procdelta.cpu / served_cpu:.2f} of a served pass ({served_cpu * 1e3:.1f} ms); "
+        f"{view.listed} processes, {view.body_bytes / 1e3:.0f} kB of JSON"
+        + (f"; {view.misaligned} beside a pass left out" if view.misaligned else "")
     )
 
 

@@ -1,5 +1,6 @@
 """Smoke tests of `procdelta bench`: it runs end to end, prints every table with
-well-formed numbers (the served process's row and the page's weight too), and leaves no
+well-formed numbers (the served process's row, its processes view's rows and the page's
+weight too), and leaves no
 pod cgroup of its pods table behind. Its speed is not judged here (a timed test on a shared
 machine judges the machine): people read the ratios it prints, each against a floor
 measured in the same run. What it counts is judged: series per pod as docs/reference.md's
@@ -40,6 +41,8 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "pods N=200 no-cg",
         "pods N=200 unbound",
         "pods N=200 served",
+        "pods N=200 view",
+        "pods N=200 view all",
     }
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
@@ -51,7 +54,20 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
             assert cells[3] == "-" and 0 < low <= high < 10 and 0 < float(cells[7]) < 10, name
         else:
             assert 0 < low <= float(cells[7]) <= high < 10, name
+            assert float(cells[3]) > 0, name  # a view row's wall: its latency at the client
     assert "served: what a node pays" in tables
+    assert "view: then 20 requests of /processes" in tables
+    # below the table, each view row against its served pass, and what it answered
+    notes = re.findall(
+        r"^/processes(\S*) of pods N=200 (view|view all): [\d.]+ ms of CPU, ([\d.]+) of a "
+        r"served pass \([\d.]+ ms\); (\d+) processes, \d+ kB of JSON",
+        tables,
+        re.MULTILINE,
+    )
+    assert [(query, row) for query, row, _, _ in notes] == [("", "view"), ("?limit=0", "view all")]
+    (_, _, _, default), (_, _, _, every) = notes
+    assert int(default) == 20 and int(every) >= 200, notes  # the default limit; all of them
+    assert all(float(share) > 0 for _, _, share, _ in notes)
     switches = [line.split()[0] for line in shipped.splitlines() if line.startswith(("def", "--"))]
     assert switches[:6] == [
         "default",
@@ -110,16 +126,39 @@ def test_smoke_served_row_and_page_sizes_on_a_tiny_pods_table():
     """The new measurements on a tiny table: a served row beside the pass row against the
     same floor, sane; the page's series per pod, for every switch, as the reference's
     families imply; its bytes consistent."""
-    from collector.bench import PageSize, _echo_row, _variants, bench_table, page_sizes
+    from collector.bench import (
+        VIEW_REQUESTS,
+        PageSize,
+        _echo_row,
+        _variants,
+        bench_table,
+        page_sizes,
+    )
     from collector.cgroupfs import detect
 
     sizes: list[PageSize] = []
     variants = _variants("pods N=30", False)[:1]
-    skip, served = bench_table(
+    skip, served, view, view_all = bench_table(
         "pods N=30", 30, "idle", rounds=3, pause=0.05, pods=3, variants=variants,
         served_passes=6, then=lambda pods_file: sizes.extend(page_sizes(pods_file)),
     )  # fmt: skip
     assert skip.served is None and served.name == "pods N=30 served"
+    assert (view.name, view_all.name) == ("pods N=30 view", "pods N=30 view all")
+    for row, query in ((view, ""), (view_all, "limit=0")):
+        # requests of /processes to the served process, each with a floor pass after it
+        cost = row.view
+        assert cost is not None and cost.query == query and row.served is None, row
+        assert len(cost.cpu) == len(cost.wall) == len(cost.floor) == VIEW_REQUESTS, row
+        assert all(c > 0 for c in cost.cpu + cost.wall + cost.floor), row
+        assert row.ratios == [c / f for c, f in zip(cost.cpu, cost.floor, strict=True)], row
+        assert row.ratio == statistics.median(row.ratios) > 0, row
+        assert row.procdelta.cpu == statistics.median(cost.cpu), row
+        assert row.procdelta.wall == statistics.median(cost.wall), row
+        assert row.naive.cpu == statistics.median(cost.floor), row
+        assert cost.body_bytes > 0, row
+    # the default query lists the first 20 (the node has more than 20 processes); limit=0
+    # every process with a delta, the table's 30 among them
+    assert view.view.listed == 20 and view_all.view.listed >= 30 + 3
     whole = served.served
     assert whole is not None and whole.passes >= 6 and whole.cpu_per_pass > 0
     # the floor of the served span: a pass of it after each scrape
@@ -224,12 +263,51 @@ def test_a_serve_that_fails_is_a_row_not_a_traceback(monkeypatch):
         yield
 
     monkeypatch.setattr(bench, "served", refused)
-    row = bench._served_row("default N=20", None, 5, (80, 100), bench.Sample(0.01, 0.01))
+    (row,) = bench._served_rows("default N=20", None, 5, (80, 100), bench.Sample(0.01, 0.01))
     assert row.served is None and math.isnan(row.ratio)
     assert row.served_failed == "RuntimeError: procdelta serve ended (status 1)"
     lines: list[str] = []
     bench._echo_row(row, lines.append)
     assert lines[0].split()[-2:] == ["failed", "(below)"]
+
+
+def test_a_view_that_fails_is_a_row_beside_the_served_row_not_a_traceback(monkeypatch):
+    """A query of /processes that fails (a serve without the view answers 404) is a row
+    saying why; the served row and the other query's row are kept."""
+    from collector import bench
+
+    @contextlib.contextmanager
+    def serving(args=()):
+        yield 4242, bench.Scraper(1)
+
+    def view(pid, scraper, query, requests, floor=None):
+        if query == "limit=0":
+            raise RuntimeError("/processes?limit=0 answered 404: b'not found'")
+        return bench.ViewCost(query, [0.002, 0.001, 0.003], [0.004] * 3, [0.01, 0.02, 0.01], 20, 7)
+
+    whole = bench.Served(0.03, 6, [0.03] * 6, 0, [0.1] * 6)
+    monkeypatch.setattr(bench, "served", serving)
+    monkeypatch.setattr(bench, "measure_served", lambda *args, **kwargs: whole)
+    monkeypatch.setattr(bench, "measure_view", view)
+    served, ok, failed = bench._served_rows(
+        "default N=20", None, 6, (80, 100), bench.Sample(0.2, 0.2), requests=3
+    )
+    assert served.served is whole and served.ratio == 0.03 / 0.1
+    assert ok.name == "default N=20 view" and ok.view is not None
+    assert ok.ratios == [0.2, 0.05, 0.3] and ok.ratio == 0.2  # request by request
+    assert (ok.procdelta.cpu, ok.procdelta.wall, ok.naive.cpu) == (0.002, 0.004, 0.01)
+    assert failed.name == "default N=20 view all" and failed.view is None
+    assert failed.served_failed == "RuntimeError: /processes?limit=0 answered 404: b'not found'"
+    lines: list[str] = []
+    for row in (served, ok, failed):
+        bench._echo_row(row, lines.append)
+    assert lines[1][22:].split()[2:4] == ["2.0", "4.0"]  # a view row's CPU and wall, in ms
+    assert lines[2].split()[-2:] == ["failed", "(below)"]
+    note = bench._view_note(ok, whole.cpu_per_pass)
+    assert note == (
+        "/processes of default N=20 view: 2.0 ms of CPU, 0.07 of a served pass (30.0 ms); "
+        "20 processes, 0 kB of JSON"
+    )
 
 
 FAKE_EXPORTER = """#!{python}
