@@ -563,7 +563,7 @@ def measure_view(
     floor: Callable[[], Sample] | None = None,
 ) -> ViewCost:
     """Ask a served process for `/processes?query` once a pass, halfway between two passes,
-    on one kept-alive connection (as `procdelta top --from` polls it): the process's CPU
+    on one kept-alive connection (as a client polling it each interval): the process's CPU
     for the request (every thread's schedstat, read before it and a moment after its last
     byte: the event loop, the views thread making the document and its JSON, the write)
     and its latency at the client. A /metrics scrape before and after each request tells
