@@ -524,3 +524,80 @@ def test_the_readme_gives_two_set_up_commands_and_ci_runs_the_second():
     assert commands[0].endswith(".venv/bin/procdelta once")
     assert commands[1] == "bash .ci/run"
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python -m pytest")
+
+
+# The figures of what procdelta costs live in docs/performance.md (from docs/bench.md, the
+# bench's run; docs/design.md keeps how they were measured and older runs). Anywhere else a
+# series-per-pod count or a memory figure of the served process is a second copy that
+# drifts: the other documents, the chart's values and templates, and the manifests rendered
+# from them (their comments) link to performance.md instead.
+FIGURES_HOME = {"docs/performance.md", "docs/bench.md", "docs/design.md"}
+FIGURE_FILES = sorted(
+    {
+        *(path.relative_to(ROOT).as_posix() for path in DOCS),
+        "deploy/helm/procdelta/values.yaml",
+        *(p.relative_to(ROOT).as_posix() for p in (ROOT / "deploy").glob("*.yaml")),
+        *(
+            p.relative_to(ROOT).as_posix()
+            for p in (ROOT / "deploy/helm/procdelta/templates").glob("*")
+        ),
+        *(p.relative_to(ROOT).as_posix() for p in (ROOT / "deploy/systemd").glob("*")),
+    }
+    - FIGURES_HOME
+)
+FIGURE_PATTERNS = {
+    # a count of series: "70 series", "5,500 series", "12,500 more recorded series"
+    "series": re.compile(r"\d[\d,.]*\s+(?:[\w-]+\s+){0,2}?series\b", re.I),
+    # a count per pod or container: "50 per pod", "44 series per container"
+    "per pod": re.compile(r"\d[\d,.]*\s+(?:series\s+)?(?:per|a|each)\s+(?:pod|container)\b", re.I),
+    # "series per pod: 50", "series/pod 50"
+    "series per pod": re.compile(
+        r"\bseries\s*(?:/|per\s|a\s|each\s)\s*(?:pod|container)\W{1,6}\d", re.I
+    ),
+    # a memory figure: "near 35 MB RSS", "stays near 30 MiB"
+    "memory": re.compile(r"\d[\d.,]*\s*(?:MB|MiB|GB|GiB)\b"),
+}
+FIGURES_ALLOWED = {
+    ("docs/deploy.md", "200 MB"): "the image's size on disk, not memory",
+    ("docs/deploy.md", "151 MB"): "the image's base, on disk",
+    ("docs/deploy.md", "18 MB"): "the image's share for pyOpenSSL and cryptography, on disk",
+    ("docs/deploy.md", "58 MiB"): "the listener under a flood of 16,000 idle connections",
+    ("docs/deploy.md", "25 MiB"): "what the same flood added to the RSS at rest",
+}
+
+
+def figures(text: str) -> list[str]:
+    """The series-per-pod counts and memory figures a text quotes (line breaks as spaces)."""
+    flat = re.sub(r"\s+", " ", text)
+    return [m.group(0) for p in FIGURE_PATTERNS.values() for m in p.finditer(flat)]
+
+
+def test_figures_are_found():
+    quoted = [
+        "the process stays near 35 MB RSS.",
+        "so a pod of two containers ships 70 series\nagainst 50",
+        "44 per container (+ the pause's)",
+        "after 20 passes (RSS ~30 MiB against 64 MiB requested)",
+        "series/pod 50",
+        "5,500 series is the budget",
+    ]
+    assert [bool(figures(text)) for text in quoted] == [True] * len(quoted)
+    not_quoted = [
+        "memory: 64Mi",
+        "one series per pod that procdelta saw",
+        "`procdelta_footprint_rss_bytes`",
+        "every series would be scraped twice",
+        "MemoryMax=256M",
+        "a 105 KB gzipped page",
+    ]
+    assert [figures(text) for text in not_quoted] == [[]] * len(not_quoted)
+
+
+def test_series_and_memory_figures_live_in_performance_md():
+    """Only docs/performance.md (and bench.md and design.md behind it) quotes series per
+    pod or the served process's memory; every other document links there."""
+    quoted = {
+        (name, figure) for name in FIGURE_FILES for figure in figures((ROOT / name).read_text())
+    }
+    assert quoted - FIGURES_ALLOWED.keys() == set()
+    assert FIGURES_ALLOWED.keys() - quoted == set(), "an allowed figure no longer quoted"
