@@ -179,3 +179,24 @@ class Workload:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def weighed(cpu_dir: str, shares: int) -> Iterator[None]:
+    """`cpu.shares` on a v1 `cpu` cgroup and on each of its ancestors below the hierarchy's
+    root, put back as they were after. A weight counts only against its siblings: a pod's
+    request outweighs the tasks at the root (where processes of no v1 cgroup run) only where
+    every level above it carries it, as kubelet's kubepods, QoS and pod cgroups do."""
+    root = Path(hierarchy("cpu"))
+    path, before = Path(cpu_dir), []
+    while root in path.parents:
+        before.append((path / "cpu.shares", (path / "cpu.shares").read_text()))
+        path = path.parent
+    try:
+        for file, _ in before:
+            file.write_text(str(shares))
+        yield
+    finally:
+        for file, value in before:
+            with contextlib.suppress(OSError):  # removed meanwhile: nothing to put back
+                file.write_text(value)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroups import Workload, cgroup, cgroups
+from tests.cgroups import Workload, cgroup, cgroups, weighed
 from tests.net import free_port, http_get, wait_until
 from tests.promtools import binary
 from tests.test_deploy import RULES, dashboard_queries, recording_rule_queries, set_variables
@@ -147,14 +147,14 @@ def busy_pod(tmp_path_factory):
         with open(Path(throttled["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
             quota.write("20000")
         # Its weight is a requested pod's beside BestEffort neighbours, in the ratio a kubelet
-        # sets (a 200m request: cpu.shares 204; BestEffort: 2), against the neighbours' tasks
-        # at this hierarchy's root (1024 each): once its quota refills it runs at once, so its
-        # run delay is its quota's. With equal weights the scheduler shares the CPUs fairly
-        # and it also waits for its neighbours before each period's 20 ms (measured: 0.37 of
-        # its runnable time throttled, as much again for neighbours), which is the truth and
-        # what the rules then say.
-        with open(Path(throttled["cpu"]) / "cpu.shares", "w") as shares:
-            shares.write(str(1024 * 204 // 2))
+        # sets (a 200m request: cpu.shares 204; BestEffort: 2), on its cgroup and every one
+        # above it (the neighbours' tasks sit at this hierarchy's root, 1024 each, beside
+        # kubepods): once its quota refills it runs at once, so its run delay is its quota's.
+        # With equal weights the scheduler shares the CPUs fairly and it also waits for its
+        # neighbours before each period's 20 ms (measured: 0.37 of its runnable time
+        # throttled, as much again for neighbours), which is the truth and what the rules
+        # then say.
+        stack.enter_context(weighed(throttled["cpu"], 1024 * 204 // 2))
         stack.enter_context(Workload(list(throttled.values()), "--busy", "1"))
         yield tmp_path, uid, busy.pid
 

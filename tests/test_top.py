@@ -26,7 +26,7 @@ import pytest
 from collector import top
 from collector.exporter import PassLoop, make_server
 from collector.procfs import ProcFS
-from tests.cgroups import Workload, cgroup, cgroups
+from tests.cgroups import Workload, cgroup, cgroups, weighed
 from tests.fixturetree import PASS1
 from tests.net import free_port, start_serve, wait_until
 from tests.test_cli import assert_one_line_error, procdelta
@@ -291,10 +291,10 @@ def workloads(tmp_path_factory) -> Iterator[dict]:
         )
         with open(Path(pod["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
             quota.write("20000")
-        # a requested pod's weight beside BestEffort neighbours (as tests/test_end_to_end.py
-        # sets it): once its quota refills it runs at once, so its wait is its quota's
-        with open(Path(pod["cpu"]) / "cpu.shares", "w") as shares:
-            shares.write(str(1024 * 204 // 2))
+        # a requested pod's weight beside BestEffort neighbours, on every level of its path
+        # (as tests/test_end_to_end.py sets it): once its quota refills it runs at once, so
+        # its wait is its quota's
+        stack.enter_context(weighed(pod["cpu"], 1024 * 204 // 2))
         throttled = stack.enter_context(
             Workload(list(pod.values()), "--busy", "1", "--name-threads")
         )
