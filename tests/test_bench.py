@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,11 +45,21 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "pods N=200 view",
         "pods N=200 view all",
     }
+    # prometheus-process-exporter's column: filled for each pass row where it is installed,
+    # and said missing in one line where it is not
+    exporter = shutil.which("prometheus-process-exporter")
+    legend = [line for line in lines if line.startswith("p-e: ")]
+    assert len(legend) == 1 and ("not installed" in legend[0]) == (exporter is None), legend
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
         assert procs >= 200 and threads >= 200 + 20 * 19, name  # the table was there
         # procs threads cpu-ms wall-ms µs/proc µs/thr naive-ms ratio spread p-e-ms p-e-ratio
         assert len(cells) == 11, name
+        if exporter is None or name.endswith(("served", "view", "view all")):
+            assert cells[9:] == ["-", "-"], name
+        else:  # its CPU per scrape, and that over the floor
+            assert float(cells[9]) > 0 and float(cells[10]) > 0, name
+            assert math.isclose(float(cells[10]), float(cells[9]) / float(cells[6]), rel_tol=0.1)
         low, high = (float(x) for x in cells[8].split("-"))
         if name.endswith("served"):  # the whole span's CPU per pass, not the median pass
             assert cells[3] == "-" and 0 < low <= high < 10 and 0 < float(cells[7]) < 10, name
@@ -327,6 +338,19 @@ class Once(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", port), Once).handle_request()
 """
+
+
+def test_the_report_says_in_one_line_that_the_exporter_is_not_installed(tmp_path, monkeypatch):
+    from collector.bench.peers import exporter_legend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no prometheus-process-exporter on it
+    assert exporter_legend() == [
+        "p-e: not measured: prometheus-process-exporter (a Debian package) is not installed."
+    ]
+    (tmp_path / "prometheus-process-exporter").write_text("#!/bin/sh\n")
+    (tmp_path / "prometheus-process-exporter").chmod(0o755)
+    installed = exporter_legend()
+    assert len(installed) == 2 and installed[0].startswith("p-e: prometheus-process-exporter")
 
 
 def test_an_exporter_that_dies_mid_table_is_reported_not_raised(tmp_path, monkeypatch):

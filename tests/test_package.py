@@ -40,12 +40,9 @@ def imports() -> dict[str, set[str]]:
                 found |= {alias.name for alias in node.names if _module(alias.name)}
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("collector."):
                 module = node.module.removeprefix("collector.")
-                found.add(module)
-                found |= {
-                    f"{module}.{alias.name}"
-                    for alias in node.names
-                    if _module(f"{module}.{alias.name}")
-                }
+                for alias in node.names:  # a submodule, or a name of the module
+                    submodule = f"{module}.{alias.name}"
+                    found.add(submodule if _module(submodule) else module)
             elif isinstance(node, ast.Import):
                 found |= {
                     a.name.removeprefix("collector.")

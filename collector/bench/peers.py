@@ -2,7 +2,7 @@
 
 Where it is installed, each table's rounds end with one scrape of it over the same table
 (`scrape_cpu`: its CPU for that scrape, every thread); where it is not, its column is
-empty.
+empty and the report says why (`exporter_legend`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,17 @@ from collector.bench.floor import thread_cpu_ns
 from collector.bench.loopback import fetch, free_port
 
 BINARY = "prometheus-process-exporter"
+
+
+def exporter_legend() -> list[str]:
+    """The report's words on the p-e columns: what they hold, or (one line) why they are
+    empty."""
+    if shutil.which(BINARY) is None:
+        return [f"p-e: not measured: {BINARY} (a Debian package) is not installed."]
+    return [
+        f"p-e: {BINARY} (Debian's; every process by name), over the same table:",
+        "its CPU (every thread) for a scrape after each round; p-e ratio: over the same floor.",
+    ]
 
 
 @contextlib.contextmanager

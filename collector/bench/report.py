@@ -12,6 +12,7 @@ from collections.abc import Callable
 from collector.bench.floor import read_file
 from collector.bench.latency import metrics_latency
 from collector.bench.memory import serve_rss
+from collector.bench.peers import exporter_legend
 from collector.bench.rounds import TableResult, bench_table
 from collector.bench.serve import SERVED_INTERVAL, SERVED_PASSES, SERVED_WARMUP, serve_idle_cpu
 from collector.bench.served import VIEW_REQUESTS
@@ -66,6 +67,8 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
     echo("in pods10 the processes of 10 of them run. skip: as procdelta runs; no-skip: a")
     echo("quiet cgroup's processes read anyway; no-cg: no cgroup fields; unbound: no whole")
     echo("reads (K = infinity), to weigh what the K-pass bound costs. Same rounds.")
+    for line in exporter_legend():
+        echo(line)
     for line in (
         f"served: what a node pays: a real `procdelta serve --interval {SERVED_INTERVAL:g}` in a",
         "process of its own over the same table after its rounds (a pods table's pods named",
