@@ -1,6 +1,6 @@
 """How the layers are put together for a run: the options every command shares, and the
 engine they configure. The commands (collector/cli.py) and the benchmark
-(collector/bench.py) both build their engines here.
+(collector/bench/) both build their engines here.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,11 +45,21 @@ def test_smoke_quick_bench_runs_and_prints_every_table():
         "pods N=200 view",
         "pods N=200 view all",
     }
+    # prometheus-process-exporter's column: filled for each pass row where it is installed,
+    # and said missing in one line where it is not
+    exporter = shutil.which("prometheus-process-exporter")
+    legend = [line for line in lines if line.startswith("p-e: ")]
+    assert len(legend) == 1 and ("not installed" in legend[0]) == (exporter is None), legend
     for name, cells in rows.items():
         procs, threads = int(cells[0]), int(cells[1])
         assert procs >= 200 and threads >= 200 + 20 * 19, name  # the table was there
         # procs threads cpu-ms wall-ms µs/proc µs/thr naive-ms ratio spread p-e-ms p-e-ratio
         assert len(cells) == 11, name
+        if exporter is None or name.endswith(("served", "view", "view all")):
+            assert cells[9:] == ["-", "-"], name
+        else:  # its CPU per scrape, and that over the floor
+            assert float(cells[9]) > 0 and float(cells[10]) > 0, name
+            assert math.isclose(float(cells[10]), float(cells[9]) / float(cells[6]), rel_tol=0.1)
         low, high = (float(x) for x in cells[8].split("-"))
         if name.endswith("served"):  # the whole span's CPU per pass, not the median pass
             assert cells[3] == "-" and 0 < low <= high < 10 and 0 < float(cells[7]) < 10, name
@@ -126,18 +137,15 @@ def test_smoke_served_row_and_page_sizes_on_a_tiny_pods_table():
     """The new measurements on a tiny table: a served row beside the pass row against the
     same floor, sane; the page's series per pod, for every switch, as the reference's
     families imply; its bytes consistent."""
-    from collector.bench import (
-        VIEW_REQUESTS,
-        PageSize,
-        _echo_row,
-        _variants,
-        bench_table,
-        page_sizes,
-    )
+    from collector.bench.report import echo_row
+    from collector.bench.rounds import bench_table
+    from collector.bench.served import VIEW_REQUESTS
+    from collector.bench.sizes import PageSize, page_sizes
+    from collector.bench.tables import variants as table_variants
     from collector.cgroupfs import detect
 
     sizes: list[PageSize] = []
-    variants = _variants("pods N=30", False)[:1]
+    variants = table_variants("pods N=30", False)[:1]
     skip, served, view, view_all = bench_table(
         "pods N=30", 30, "idle", rounds=3, pause=0.05, pods=3, variants=variants,
         served_passes=6, then=lambda pods_file: sizes.extend(page_sizes(pods_file)),
@@ -167,7 +175,7 @@ def test_smoke_served_row_and_page_sizes_on_a_tiny_pods_table():
     assert len(whole.per_pass) + whole.misaligned >= 6 and all(c > 0 for c in whole.per_pass)
     assert served.ratio == whole.cpu_per_pass / served.naive.cpu > 0
     lines: list[str] = []
-    _echo_row(served, lines.append)
+    echo_row(served, lines.append)
     assert lines[0][21:].split()[3] == "-"  # no wall time for a served row
 
     expected = _series_per_group_by_the_reference(detect("/sys/fs/cgroup").psi)
@@ -186,7 +194,8 @@ def test_smoke_served_row_and_page_sizes_on_a_tiny_pods_table():
 
 
 def test_page_size_counts_the_table_pods_lines_only():
-    from collector.bench import Page, page_size
+    from collector.bench.serve import Page
+    from collector.bench.sizes import page_size
 
     counted = [
         'procdelta_a{namespace="n",pod="p",uid="u1",qos="burstable"} 1',
@@ -209,7 +218,7 @@ def test_page_size_counts_the_table_pods_lines_only():
 
 
 def test_smoke_bench_pods_table_removes_its_cgroups():
-    from collector.bench import pod_cgroups
+    from collector.bench.tables import pod_cgroups
     from collector.cgroupfs import detect
 
     roots = [r for r in (lambda h: (h.v2, h.cpu, h.cpuacct))(detect("/sys/fs/cgroup")) if r]
@@ -227,13 +236,13 @@ def test_smoke_bench_pods_table_removes_its_cgroups():
 
 
 def test_pid_room_raises_pid_max_for_a_big_table_and_restores_it(tmp_path):
-    from collector.bench import _task_count, pid_room
+    from collector.bench.tables import pid_room, task_count
 
     pid_max = tmp_path / "pid_max"
     pid_max.write_text("32768\n")
     with pid_room(15000, path=str(pid_max)):
         raised = int(pid_max.read_text())
-        assert raised >= 2 * (15000 + _task_count())
+        assert raised >= 2 * (15000 + task_count())
     assert int(pid_max.read_text()) == 32768
     pid_max.write_text("4194304\n")
     with pid_room(15000, path=str(pid_max)):
@@ -241,56 +250,64 @@ def test_pid_room_raises_pid_max_for_a_big_table_and_restores_it(tmp_path):
 
 
 def test_an_exporter_that_could_not_keep_up_is_a_row_not_a_traceback():
-    from collector.bench import Sample, TableResult, _echo_row
+    from collector.bench.floor import Sample
+    from collector.bench.report import echo_row
+    from collector.bench.rounds import TableResult
 
     lines: list[str] = []
     result = TableResult(
         "busy N=5000", 5068, 14570, Sample(0.5, 0.6), Sample(0.6, 0.7), [0.8, 0.83, 0.85],
         None, "ConnectionRefusedError in round 2",
     )  # fmt: skip
-    _echo_row(result, lines.append)
+    echo_row(result, lines.append)
     (line,) = lines
     assert line.split()[-2:] == ["failed", "-"]
     assert line.split()[-4] == "0.83"  # procdelta's own ratio is still reported
 
 
 def test_a_serve_that_fails_is_a_row_not_a_traceback(monkeypatch):
-    from collector import bench
+    from collector.bench import rounds
+    from collector.bench.floor import Sample
+    from collector.bench.report import echo_row
 
     @contextlib.contextmanager
     def refused(args=()):
         raise RuntimeError("procdelta serve ended (status 1)")
         yield
 
-    monkeypatch.setattr(bench, "served", refused)
-    (row,) = bench._served_rows("default N=20", None, 5, (80, 100), bench.Sample(0.01, 0.01))
+    monkeypatch.setattr(rounds, "serve_process", refused)
+    (row,) = rounds.served_rows("default N=20", None, 5, (80, 100), Sample(0.01, 0.01))
     assert row.served is None and math.isnan(row.ratio)
     assert row.served_failed == "RuntimeError: procdelta serve ended (status 1)"
     lines: list[str] = []
-    bench._echo_row(row, lines.append)
+    echo_row(row, lines.append)
     assert lines[0].split()[-2:] == ["failed", "(below)"]
 
 
 def test_a_view_that_fails_is_a_row_beside_the_served_row_not_a_traceback(monkeypatch):
     """A query of /processes that fails (a serve without the view answers 404) is a row
     saying why; the served row and the other query's row are kept."""
-    from collector import bench
+    from collector.bench import rounds
+    from collector.bench.floor import Sample
+    from collector.bench.report import echo_row, view_note
+    from collector.bench.serve import Scraper
+    from collector.bench.served import Served, ViewCost
 
     @contextlib.contextmanager
     def serving(args=()):
-        yield 4242, bench.Scraper(1)
+        yield 4242, Scraper(1)
 
     def view(pid, scraper, query, requests, floor=None):
         if query == "limit=0":
             raise RuntimeError("/processes?limit=0 answered 404: b'not found'")
-        return bench.ViewCost(query, [0.002, 0.001, 0.003], [0.004] * 3, [0.01, 0.02, 0.01], 20, 7)
+        return ViewCost(query, [0.002, 0.001, 0.003], [0.004] * 3, [0.01, 0.02, 0.01], 20, 7)
 
-    whole = bench.Served(0.03, 6, [0.03] * 6, 0, [0.1] * 6)
-    monkeypatch.setattr(bench, "served", serving)
-    monkeypatch.setattr(bench, "measure_served", lambda *args, **kwargs: whole)
-    monkeypatch.setattr(bench, "measure_view", view)
-    served, ok, failed = bench._served_rows(
-        "default N=20", None, 6, (80, 100), bench.Sample(0.2, 0.2), requests=3
+    whole = Served(0.03, 6, [0.03] * 6, 0, [0.1] * 6)
+    monkeypatch.setattr(rounds, "serve_process", serving)
+    monkeypatch.setattr(rounds, "measure_served", lambda *args, **kwargs: whole)
+    monkeypatch.setattr(rounds, "measure_view", view)
+    served, ok, failed = rounds.served_rows(
+        "default N=20", None, 6, (80, 100), Sample(0.2, 0.2), requests=3
     )
     assert served.served is whole and served.ratio == 0.03 / 0.1
     assert ok.name == "default N=20 view" and ok.view is not None
@@ -300,10 +317,10 @@ def test_a_view_that_fails_is_a_row_beside_the_served_row_not_a_traceback(monkey
     assert failed.served_failed == "RuntimeError: /processes?limit=0 answered 404: b'not found'"
     lines: list[str] = []
     for row in (served, ok, failed):
-        bench._echo_row(row, lines.append)
+        echo_row(row, lines.append)
     assert lines[1][22:].split()[2:4] == ["2.0", "4.0"]  # a view row's CPU and wall, in ms
     assert lines[2].split()[-2:] == ["failed", "(below)"]
-    note = bench._view_note(ok, whole.cpu_per_pass)
+    note = view_note(ok, whole.cpu_per_pass)
     assert note == (
         "/processes of default N=20 view: 2.0 ms of CPU, 0.07 of a served pass (30.0 ms); "
         "20 processes, 0 kB of JSON"
@@ -323,10 +340,23 @@ http.server.HTTPServer(("127.0.0.1", port), Once).handle_request()
 """
 
 
+def test_the_report_says_in_one_line_that_the_exporter_is_not_installed(tmp_path, monkeypatch):
+    from collector.bench.peers import exporter_legend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no prometheus-process-exporter on it
+    assert exporter_legend() == [
+        "p-e: not measured: prometheus-process-exporter (a Debian package) is not installed."
+    ]
+    (tmp_path / "prometheus-process-exporter").write_text("#!/bin/sh\n")
+    (tmp_path / "prometheus-process-exporter").chmod(0o755)
+    installed = exporter_legend()
+    assert len(installed) == 2 and installed[0].startswith("p-e: prometheus-process-exporter")
+
+
 def test_an_exporter_that_dies_mid_table_is_reported_not_raised(tmp_path, monkeypatch):
     """The process-exporter column of a real (small) table, with an exporter that stops
     answering after its start-up probe: the table completes, the row says why."""
-    from collector.bench import bench_table
+    from collector.bench.rounds import bench_table
 
     fake = tmp_path / "prometheus-process-exporter"
     fake.write_text(FAKE_EXPORTER.format(python=sys.executable))
