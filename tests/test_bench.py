@@ -366,3 +366,62 @@ def test_an_exporter_that_dies_mid_table_is_reported_not_raised(tmp_path, monkey
     assert result.exporter_cpu is None
     assert result.exporter_failed and result.exporter_failed.endswith("in round 1")
     assert len(result.ratios) == 3  # procdelta's own measure went on
+
+
+def test_phases_prints_every_row_of_a_served_pass_and_of_the_floor():
+    """`python -m collector.bench.phases` on a tiny pods table: every phase of a served pass
+    and of the floor, in order, each a CPU time and a share, the shares of each adding up
+    to the whole; the kernel's own time for the rows that read files; what one pass read."""
+    from collector.bench.phases import FLOOR_ROWS, SERVED_ROWS
+
+    result = subprocess.run(
+        [sys.executable, "-m", "collector.bench.phases", "--processes", "30", "--pods", "3",
+         "--running", "1", "--passes", "3", "--warmup", "2", "--interval", "0.1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("pods1 N=30: ") and "load average" in lines[0]
+    for title, rows, kernel in (
+        ("served pass", SERVED_ROWS, True),
+        ("floor pass", FLOOR_ROWS, False),
+    ):
+        start = next(i for i, line in enumerate(lines) if line.startswith(title))
+        assert lines[start].split()[-1] == ("kernel-ms" if kernel else "share")
+        found = {}
+        for (phase, label), line in zip(rows, lines[start + 1 :], strict=False):
+            assert line.startswith(label), (label, line)
+            found[phase] = line[len(label) :].split()
+        ms = {phase: float(cells[0]) for phase, cells in found.items()}
+        shares = [float(cells[1]) for cells in found.values()]
+        assert all(value >= 0 for value in ms.values()) and all(0 <= s <= 1 for s in shares)
+        assert abs(sum(shares) - 1) < 0.01, shares
+        total = lines[start + 1 + len(rows)].split()
+        assert total[0] == "total" and float(total[2]) == 1
+        assert abs(float(total[1]) - sum(ms.values())) < 0.01 * len(rows), (total, ms)
+        if kernel:  # rows that read or list something did; a kernel time where it reads
+            assert all(ms[p] > 0 for p in ("list", "cg-list", "cg-read", "read", "render")), ms
+            for phase, cells in found.items():
+                reads = phase in ("list", "cg-list", "cg-read", "read")
+                assert (cells[2] != "-" and float(cells[2]) > 0) if reads else cells[2] == "-"
+        else:
+            assert ms["read"] > ms["list"] > 0, ms
+    counts = next(line for line in lines if line.startswith("one pass read"))
+    read = re.fullmatch(
+        r"one pass read (\d+) files of (\d+) processes and listed \d+ task/ directories; "
+        r"read (\d+) cgroup files, listed (\d+) cgroup directories",
+        counts,
+    )
+    assert read is not None and all(int(n) > 0 for n in read.groups()), lines
+    assert re.fullmatch(r"served / floor: \d+\.\d{3}", lines[-1]), lines[-1]
+
+
+def test_phases_refuses_a_bad_count_in_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "collector.bench.phases", "--passes", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "phases: --passes, --processes and --pods must be positive"
+    ]
