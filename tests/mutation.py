@@ -81,6 +81,7 @@ TEST_FILES = (
     "tests/test_cgroup_kernel.py",
     "tests/test_waits.py",
     "tests/test_processes.py",
+    "tests/test_top.py",
     # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
     "tests/test_listener.py",
     "tests/test_webconfig.py",
@@ -104,6 +105,7 @@ EXPORTER = "collector/exporter.py"
 WEBCONFIG = "collector/webconfig.py"
 WAITS = "collector/waits.py"
 PROCESSES = "collector/processes.py"
+TOP = "collector/top.py"
 
 
 @dataclass(frozen=True)
@@ -875,8 +877,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "processes/unsummed-listed", PROCESSES,
-        "            if group is None:\n                return False\n",
-        "            if group is None:\n                return not query.filters\n",
+        "        if group is None:\n            return False\n",
+        "        if group is None:\n            return not query.filters\n",
         "processes left out of the sums (--pods-only, unplaced) are listed as a group's",
     )  # fmt: skip
     yield m(
@@ -884,6 +886,70 @@ def _mutants() -> Iterator[Mutant]:
         "        return Deferred(answer)",
         "        return answer()",
         "a slow view holds the event loop, and every scrape of /metrics waits for it",
+    )  # fmt: skip
+    yield m(
+        "listener/view-in-the-auth-thread", LISTENER,
+        "run_in_executor(self.listener.views, deferred.work)",
+        "run_in_executor(self.listener.slow, deferred.work)",
+        "a slow view holds back every basic auth check, and so the scrapes that need one",
+    )  # fmt: skip
+    yield m(
+        "exporter/pass-makes-the-view", EXPORTER,
+        "            PassView.of(result),\n        )\n",
+        "            PassView.of(result),\n        )\n"
+        "        self._data.view.document(Query(limit=None))\n",
+        "every pass pays for a view nobody asked for",
+    )  # fmt: skip
+    yield m(
+        "processes/groups-only-of-listed-rows", PROCESSES,
+        "        if query.filters:\n            groups = self.table.groups(query)",
+        "        if False:\n            groups = self.table.groups(query)",
+        "a pod whose processes have no delta loses its own cgroup's line (its throttling)",
+    )  # fmt: skip
+    # -- collector/top.py: procdelta top --------------------------------------------------
+    yield m(
+        "top/pod-without-its-namespace", TOP,
+        'return (("namespace", self.pod[0]), ("pod", self.pod[1]))',
+        'return (("pod", self.pod[1]),)',
+        "--pod prod/web-0 shows staging/web-0's processes too",
+    )  # fmt: skip
+    yield m(
+        "top/from-drops-the-sort", TOP,
+        '        params["sort"] = selection.sort\n',
+        "",
+        "--from --sort on_cpu_nanos shows the server's run-delay cut: the busiest may be missing",
+    )  # fmt: skip
+    yield m(
+        "top/threads-delta-on-first-sight", TOP,
+        "                before = self._seen.get(tid)\n",
+        "                before = self._seen.get(tid)"
+        " or _Seen(pid, stat.start_ticks, (0, 0, 0, 0))\n",
+        "a thread's first sight shows its whole life as one interval's wait",
+    )  # fmt: skip
+    yield m(
+        "top/threads-reused-tid", TOP,
+        "                    or before.start_ticks != reading.start_ticks\n",
+        "",
+        "a TID reused by a new thread shows the difference of two threads' counters",
+    )  # fmt: skip
+    yield m(
+        "top/threads-counter-fell", TOP,
+        "                    or any(n < b for n, b in"
+        " zip(counters, before.counters, strict=True))\n",
+        "",
+        "a counter that fell gives a negative delta",
+    )  # fmt: skip
+    yield m(
+        "top/terminal-kept-on-an-error", TOP,
+        "    except (KeyboardInterrupt, _Stop):\n        pass\n    finally:\n",
+        "    except (KeyboardInterrupt, _Stop):\n        pass\n    if True:\n",
+        "an error leaves the terminal in cbreak mode, without echo",
+    )  # fmt: skip
+    yield m(
+        "top/terminal-kept-on-sigterm", TOP,
+        "        with _signals_stop(), _resizes() as resized:",
+        "        with contextlib.nullcontext(), _resizes() as resized:",
+        "a SIGTERM or a hangup (kubectl exec closed) leaves the terminal in cbreak mode",
     )  # fmt: skip
 
 

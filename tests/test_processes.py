@@ -18,7 +18,7 @@ import pytest
 from collector import webconfig
 from collector.exporter import PassLoop
 from collector.groups import Group
-from collector.model import FIELD_NAMES, Fields, ProcessReading, ThreadReading
+from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
 from collector.processes import (
     DEFAULT_LIMIT,
     SORT_FIELDS,
@@ -413,3 +413,73 @@ def test_carried_processes_share_their_blocks_time_and_unsummed_ones_are_not_lis
         ]  # fmt: skip
     assert table.rows(Query((("pod", "q"),))) == []
     assert [r.pid for r in table.rows(Query(sort="observed_nanos", limit=2))] == [7, 10]
+
+
+def test_a_pass_never_makes_the_view():
+    """A pass keeps what the view is made from; the view is made on request only."""
+
+    def made_in_a_pass(*_args, **_kwargs):
+        raise AssertionError("the view was made in a pass")
+
+    loop = PassLoop(CountingEngine(groups=2), interval=1.0)
+    original = PassView.document
+    PassView.document = made_in_a_pass
+    try:
+        assert loop.run_pass() is not None and loop.run_pass() is not None
+    finally:
+        PassView.document = original
+    assert loop.snapshot().passes == 2
+
+
+def test_a_view_held_in_its_thread_holds_no_basic_auth_check(tmp_path, monkeypatch):
+    """The view is made in a thread of its own, not in the one that checks passwords: a
+    slow view does not hold back a scraper's check, nor a check the view."""
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    held, release = threading.Event(), threading.Event()
+    made = PassView.document
+
+    def slow_document(self, query, cgroup_fields=True):
+        held.set()
+        release.wait(30)
+        return made(self, query, cgroup_fields)
+
+    loop = PassLoop(CountingEngine(groups=2), interval=1.0)
+    loop.run_pass()
+    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
+    with serving(loop, web=webconfig.load(str(config))) as port:
+        monkeypatch.setattr(PassView, "document", slow_document)
+        answers: list[int] = []
+        view = threading.Thread(
+            target=lambda: answers.append(request(port, "/processes", right)[0])
+        )
+        view.start()
+        try:
+            assert held.wait(10)
+            assert request(port, "/metrics", wrong)[0] == 401  # a bcrypt check, answered
+            assert not answers  # the view is still held
+        finally:
+            release.set()
+            view.join(10)
+        assert answers == [200]
+
+
+def test_a_filtered_view_lists_the_groups_it_matches_with_no_process_listed():
+    """A pod whose processes have no delta this pass (all new, say: a burst of short-lived
+    ones) still has its own cgroup's line: the group comes from the pass's sums."""
+    pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
+    other = Group("cgroup", (("cgroup", "/x"),))
+    view = PassView(
+        ProcessTable(),
+        2_000_000_000,
+        1.0,
+        {pod: Fields(0, 0), other: Fields(0, 0)},
+        {pod: CgroupFields(cgroup_cpu_nanos=7, cpu_periods=20, cpu_throttled_periods=19)},
+    )
+    document = view.document(Query((("namespace", "n"), ("pod", "p"))))
+    assert document["processes"] == []
+    (group,) = document["groups"]
+    assert group["group"] == pod.label_dict()
+    assert (group["cgroup_cpu_nanos"], group["cpu_throttled_periods"]) == (7, 19)

@@ -17,6 +17,7 @@ import sys
 import termios
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,6 +206,31 @@ def test_threads_are_guarded_like_the_collectors_cache(tmp_path):
         top.ThreadRow(10, 11, "worker one", 20, 3, 0, 2),
         top.ThreadRow(10, 13, "new", 10, 2, 1, 0),
     ]
+
+
+def test_a_reused_tid_gives_no_delta_even_where_its_counters_grew(tmp_path):
+    """A TID reused by a thread of the same process whose counters are above the old
+    thread's: only its start time tells the two apart (the fallen-counter guard cannot)."""
+    clock = iter(range(0, 10**12, 10**9))
+    watch = top.ThreadWatch(ProcFS(str(tmp_path)), clock=lambda: next(clock))
+    write_thread(tmp_path, 10, 11, "worker", 100, (10, 1, 1, 1))
+    assert watch.read([10]) == []
+    write_thread(tmp_path, 10, 11, "worker", 300, (9000, 800, 9, 9))  # another thread
+    assert watch.read([10]) == []
+    write_thread(tmp_path, 10, 11, "worker", 300, (9500, 900, 9, 10))
+    assert watch.read([10]) == [top.ThreadRow(10, 11, "worker", 500, 100, 0, 1)]
+
+
+def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
+    """--from asks /processes for exactly what was selected: a pod by namespace and name
+    (a name alone matches its namesakes in other namespaces) and the sort (the server cuts
+    to the limit by it: top cannot sort what it was not sent)."""
+    pod = top.Selection(pod=("prod", "web-0"), sort="on_cpu_nanos", limit=5)
+    source = top.RemoteSource(top.Remote("http://127.0.0.1:9746"), pod)
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(source.url).query))
+    assert query == {"namespace": "prod", "pod": "web-0", "sort": "on_cpu_nanos", "limit": "5"}
+    node = top.RemoteSource(top.Remote("127.0.0.1:9746/"), top.Selection(limit=None))
+    assert node.url == "http://127.0.0.1:9746/processes?sort=run_delay_nanos&limit=0"
 
 
 # --- bad input ---------------------------------------------------------------------------
@@ -583,13 +609,18 @@ def terminal() -> Iterator[callable]:
 ENTER_SCREEN, LEAVE_SCREEN = b"\x1b[?1049h", b"\x1b[?1049l"
 
 
-@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+@pytest.mark.parametrize(
+    "key", [b"q", b"\x03", signal.SIGTERM, signal.SIGHUP], ids=["q", "ctrl-c", "term", "hup"]
+)
 def test_the_live_screen_quits_and_gives_the_terminal_back(terminal, key):
     screen = terminal("--limit", "5")
     screen.read_until(ENTER_SCREEN)
     screen.read_until(b"s at ")  # "interval 0.50s at ...": a refresh after the first pass
     assert termios.tcgetattr(screen.slave) != screen.before  # cbreak: no echo, no lines
-    screen.type(key)
+    if isinstance(key, bytes):
+        screen.type(key)
+    else:  # the session's end: `kubectl exec` closed, the terminal hung up
+        screen.process.send_signal(key)
     assert screen.wait() == 0
     assert termios.tcgetattr(screen.slave) == screen.before
     assert screen.output.rindex(LEAVE_SCREEN) > screen.output.rindex(ENTER_SCREEN)
