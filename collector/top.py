@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import os
-import select
+import selectors
 import signal
 import ssl
 import sys
@@ -885,32 +885,37 @@ def _live_loop(
     view = viewer.step()
     draw()
     due = time.monotonic() + interval
-    while True:
-        waiting = [resized] if keys is None else [keys, resized]
-        ready, _, _ = select.select(waiting, [], [], max(due - time.monotonic(), 0))
-        if ready:
-            if resized in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(resized, 64)
-            if keys in ready:
-                typed = os.read(keys, 64)
-                if not typed:
-                    keys = None  # end of input: no more keys, the refreshes go on
-                elif b"q" in typed.lower():
-                    return
+    # a selector (epoll), not select(): no bound on the descriptors' numbers
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(resized, selectors.EVENT_READ)
+        if keys is not None:
+            waiting.register(keys, selectors.EVENT_READ)
+        while True:
+            ready = {key.fd for key, _ in waiting.select(max(due - time.monotonic(), 0))}
+            if ready:
+                if resized in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(resized, 64)
+                if keys in ready:
+                    typed = os.read(keys, 64)
+                    if not typed:
+                        waiting.unregister(keys)
+                        keys = None  # end of input: no more keys, the refreshes go on
+                    elif b"q" in typed.lower():
+                        return
+                draw()
+                continue
+            due = max(due + interval, time.monotonic())
+            try:
+                latest = viewer.step()
+            except TopError as error:
+                if view is None:
+                    raise
+                view.note = f"refresh failed: {error}"
+            else:
+                if latest is not None:
+                    view = latest
             draw()
-            continue
-        due = max(due + interval, time.monotonic())
-        try:
-            latest = viewer.step()
-        except TopError as error:
-            if view is None:
-                raise
-            view.note = f"refresh failed: {error}"
-        else:
-            if latest is not None:
-                view = latest
-        draw()
 
 
 def run_plain(viewer: Viewer, selection: Selection, interval: float, out) -> None:
