@@ -353,7 +353,7 @@ class MetricsServer(Listener):
             body = json.dumps(view.document(query, cgroup_fields)) + "\n"
             return Response(200, body.encode(), "application/json")
 
-        return Deferred(answer)
+        return Deferred(answer, aside=True)  # no --web.max-requests place while it is made
 
     def _metrics(self, request: Request) -> Response:
         snapshot = self.passes.snapshot()

@@ -13,7 +13,8 @@ What a client can hold, whatever it does:
 - at most `max_requests` requests are answered at once (node_exporter's
   `--web.max-requests`; 0: no bound but the connections'); one more is answered 503 at once;
   a basic auth check holds none of those places (as node_exporter's bound sits behind
-  exporter-toolkit's checks), and at most as many checks wait at once (`Deferred`);
+  exporter-toolkit's checks), and at most as many checks wait at once (`Deferred`); nor
+  does a view being made (`/processes`), at most `MAX_ASIDE` at once;
 - at most `max_connections` connections are open: a new one closes the one that has
   waited longest for a request (a flood evicts itself, not a scraper mid-request);
 - a request line and headers are at most `MAX_HEAD_BYTES`; a request with a body is
@@ -55,6 +56,8 @@ MAX_REQUESTS = 40
 MAX_CONNECTIONS = 4096
 MAX_GATES = 64
 """Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
+MAX_ASIDE = 4
+"""Answers made aside (`Deferred(aside=True)`: views) waiting or being made at once."""
 
 _REASONS = {
     200: "OK",
@@ -116,13 +119,19 @@ class Deferred:
     node_exporter's bound sits behind exporter-toolkit's checks: clients without the
     password cannot turn scrapers away. Its answer takes a place when it is written. At
     most `max_requests` gates wait at once (or `MAX_GATES`, without a bound); one more is
-    answered 503 at once."""
+    answered 503 at once.
 
-    __slots__ = ("gate", "work")
+    An answer made `aside` (a view, in `Listener.views`) likewise holds no place while it
+    waits and is made, so that a burst of views cannot turn scrapers and probes away; at
+    most `MAX_ASIDE` wait or are made at once, one more is answered 503 at once. Any other
+    `Deferred` holds its place throughout."""
 
-    def __init__(self, work: Callable[[], Response], gate: bool = False):
+    __slots__ = ("aside", "gate", "work")
+
+    def __init__(self, work: Callable[[], Response], gate: bool = False, aside: bool = False):
         self.work = work
         self.gate = gate
+        self.aside = aside
 
 
 Handler = Callable[[Request], "Response | Deferred"]
@@ -167,6 +176,7 @@ class Limits:
 class _Counts:
     in_flight: int = 0
     gates: int = 0  # gates (`Deferred`) waiting or running
+    aside: int = 0  # answers made aside (views) waiting or being made
     connections: int = 0
     waiting: collections.OrderedDict = field(default_factory=collections.OrderedDict)
 
@@ -308,15 +318,28 @@ class _Connection(asyncio.Protocol):
             answer = listener.handler(request)
         except Exception as error:
             answer = _failed(request, error)
-        if isinstance(answer, Deferred) and answer.gate:
-            bound = listener.limits.max_requests or MAX_GATES
-            if listener.counts.gates >= bound:
+        self._dispatch(request, close, answer, proceed=False)
+
+    def _dispatch(
+        self, request: Request, close: bool, answer: Response | Deferred, proceed: bool
+    ) -> None:
+        """A gate or an answer made aside waits outside --web.max-requests, within its own
+        bound; anything else is admitted."""
+        if not (isinstance(answer, Deferred) and (answer.gate or answer.aside)):
+            self._admit(request, close, answer, proceed)
+            return
+        counts = self.listener.counts
+        if answer.gate:
+            if counts.gates >= (self.listener.limits.max_requests or MAX_GATES):
                 self._turn_away(request, "503: too many checks waiting")
                 return
-            listener.counts.gates += 1
-            self.loop.create_task(self._gated(request, close, answer))
-            return
-        self._admit(request, close, answer, proceed=False)
+            counts.gates += 1
+        else:
+            if counts.aside >= MAX_ASIDE:
+                self._turn_away(request, "503: too many views waiting", views=True)
+                return
+            counts.aside += 1
+        self.loop.create_task(self._gated(request, close, answer))
 
     def _admit(self, request: Request, close: bool, answer: Response | Deferred, proceed: bool):
         """Answer within --web.max-requests, or 503."""
@@ -330,27 +353,38 @@ class _Connection(asyncio.Protocol):
         elif self._respond(request, close, answer):
             self._finish(close, proceed=proceed)
 
-    def _turn_away(self, request: Request, reason: str) -> None:
+    def _turn_away(self, request: Request, reason: str, views: bool = False) -> None:
         listener = self.listener
         self.busy = False
         listener.refusals.refused(self.client, reason)
+        text = (
+            f"too many views at once ({MAX_ASIDE}); try again later"
+            if views
+            else f"too many requests at once (--web.max-requests "
+            f"{listener.limits.max_requests}); try again later"
+        )
         self._send(  # and close: nothing is read from a client turned away
-            plain(503, f"too many requests at once (--web.max-requests "
-                       f"{listener.limits.max_requests}); try again later"),
-            send_body=request.method == "GET", close=True,
-        )  # fmt: skip
+            plain(503, text), send_body=request.method == "GET", close=True
+        )
 
-    async def _gated(self, request: Request, close: bool, gate: Deferred) -> None:
+    async def _gated(self, request: Request, close: bool, deferred: Deferred) -> None:
+        """A gate in the checks' thread, or an answer made aside in the views' thread; then
+        what it answered, dispatched (a gate passed may answer with a view)."""
+        listener = self.listener
+        executor = listener.slow if deferred.gate else listener.views
         try:
-            answer = await self.loop.run_in_executor(self.listener.slow, gate.work)
+            answer = await self.loop.run_in_executor(executor, deferred.work)
         except Exception as error:
             answer = _failed(request, error)
         finally:
-            self.listener.counts.gates -= 1
+            if deferred.gate:
+                listener.counts.gates -= 1
+            else:
+                listener.counts.aside -= 1
         if self.closing:
             self.busy = False
             return
-        self._admit(request, close, answer, proceed=True)
+        self._dispatch(request, close, answer, proceed=True)
 
     async def _deferred(self, request: Request, close: bool, deferred: Deferred) -> None:
         try:

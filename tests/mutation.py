@@ -732,7 +732,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/gates-unbounded", LISTENER,
-        "if listener.counts.gates >= bound:",
+        "if counts.gates >= (self.listener.limits.max_requests or MAX_GATES):",
         "if False:",
         "clients without the password queue bcrypt checks without bound",
     )  # fmt: skip
@@ -883,15 +883,27 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "exporter/view-on-the-event-loop", EXPORTER,
-        "        return Deferred(answer)",
+        "        return Deferred(answer, aside=True)",
         "        return answer()",
         "a slow view holds the event loop, and every scrape of /metrics waits for it",
     )  # fmt: skip
     yield m(
         "listener/view-in-the-auth-thread", LISTENER,
-        "run_in_executor(self.listener.views, deferred.work)",
-        "run_in_executor(self.listener.slow, deferred.work)",
+        "executor = listener.slow if deferred.gate else listener.views",
+        "executor = listener.slow",
         "a slow view holds back every basic auth check, and so the scrapes that need one",
+    )  # fmt: skip
+    yield m(
+        "listener/views-unbounded", LISTENER,
+        "            if counts.aside >= MAX_ASIDE:",
+        "            if False:",
+        "a flood of /processes queues views without bound behind the one views thread",
+    )  # fmt: skip
+    yield m(
+        "exporter/view-holds-a-place", EXPORTER,
+        "        return Deferred(answer, aside=True)",
+        "        return Deferred(answer)",
+        "a burst of /processes takes every --web.max-requests place: scrapes and probes get 503",
     )  # fmt: skip
     yield m(
         "exporter/pass-makes-the-view", EXPORTER,
