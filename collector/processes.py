@@ -92,7 +92,7 @@ class Query:
 
 
 def _limit(value: str) -> int | None:
-    if not value.isdigit() or int(value) > MAX_LIMIT:
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_LIMIT:
         raise QueryError(f"limit={value!r}: want an integer from 0 (all) to {MAX_LIMIT}")
     return int(value) or None
 

@@ -304,11 +304,11 @@ def processes_url(url: str, params: Mapping[str, str]) -> str:
     """`URL/processes?...` of a server's base URL (or of its /processes URL itself)."""
     if "://" not in url:
         url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
     try:
+        parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 (a port that is no number raises here)
-    except ValueError:
-        parts = parts._replace(scheme="")
+    except ValueError:  # a malformed host ("[::1") or port
+        raise BadValue(f"--from {url}: want http://HOST:PORT or https://HOST:PORT") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadValue(f"--from {url}: want http://HOST:PORT or https://HOST:PORT")
     path = parts.path.rstrip("/")
@@ -441,9 +441,10 @@ class RemoteSource:
                 "(check --from.username and --from.password-file)"
             )
         if error.code == 404:
+            asked = urllib.parse.urlsplit(self.url).path
             return (
-                "404 Not Found: no /processes there (a procdelta serve started with "
-                "--no-web.processes, or not procdelta)"
+                f"404 Not Found: no {asked} there (a procdelta serve started with "
+                "--no-web.processes, or not procdelta; --from takes the server's base URL)"
             )
         return f"{error.code} {said_line}"
 
@@ -466,7 +467,7 @@ def _unreachable(reason: object) -> str:
     ):
         return "the connection was closed before an answer (is it https?)"
     if isinstance(reason, TimeoutError):
-        return f"no answer within {REQUEST_TIMEOUT:g}s"
+        return f"no answer within {REQUEST_TIMEOUT:g}s (an https URL for a plain http serve?)"
     if isinstance(reason, OSError) and reason.strerror:
         return f"cannot connect: {reason.strerror}"
     return f"cannot connect: {reason}"

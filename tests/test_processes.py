@@ -58,6 +58,7 @@ def test_a_query_takes_label_filters_a_sort_and_a_limit():
         ("sort=cpu", ["sort", "on_cpu_nanos"]),
         ("limit=-1", ["limit", "integer"]),
         ("limit=ten", ["limit", "integer"]),
+        ("limit=%EF%BC%91", ["limit", "integer"]),  # a fullwidth digit: no
         ("limit=100001", ["limit", "100000"]),
         ("pod=a&pod=b", ["pod", "twice"]),
         ("node=n1", ["unknown parameter", "namespace"]),

@@ -251,6 +251,7 @@ def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
         (["--format", "prometheus"], ["--format"]),
         (["--from", "ftp://example.invalid"], ["--from", "http://"]),
         (["--from", "127.0.0.1:port"], ["--from", "http://"]),
+        (["--from", "http://[::1"], ["--from", "http://"]),
         (["--from", "http://127.0.0.1:1", "--from.key-file", "k"], ["--from.cert-file"]),
         (["--from", "http://127.0.0.1:1", "--from.password-file", "p"], ["--from.username"]),
     ],
@@ -282,7 +283,10 @@ def test_a_server_without_the_processes_view_is_one_line():
         stack.callback(server.shutdown)
         port = server.server_address[1]
         result = procdelta("top", "--from", f"http://127.0.0.1:{port}/", "--format", "json")
-    assert_one_line_error(result, "404", "--no-web.processes", status=1)
+        wrong = procdelta("top", "--from", f"http://127.0.0.1:{port}/metrics", "--format", "json")
+    assert_one_line_error(result, "404", "/processes", "--no-web.processes", status=1)
+    # a URL with a path: the one asked is named, and what --from takes
+    assert_one_line_error(wrong, "404", "/metrics/processes", "base URL", status=1)
 
 
 def test_the_served_document_comes_through_whole():
