@@ -232,12 +232,6 @@ def test_a_scrape_never_waits_for_the_view_nor_the_view_for_a_pass(monkeypatch):
     """A view held in its worker thread: /metrics and /healthz answer meanwhile. A pass
     held in the passes thread: /processes answers from the last completed pass."""
     held, release = threading.Event(), threading.Event()
-    made = PassView.document
-
-    def slow_document(self, query, cgroup_fields=True):
-        held.set()
-        release.wait(20)
-        return made(self, query, cgroup_fields)
 
     class HeldEngine(CountingEngine):
         hold = False
@@ -252,7 +246,7 @@ def test_a_scrape_never_waits_for_the_view_nor_the_view_for_a_pass(monkeypatch):
     loop = PassLoop(engine, interval=1.0)
     loop.run_pass()
     with serving(loop) as port:
-        monkeypatch.setattr(PassView, "document", slow_document)
+        hold_views(monkeypatch, held, release)
         answers: list[int] = []
         view = threading.Thread(target=lambda: answers.append(request(port, "/processes")[0]))
         view.start()
@@ -265,7 +259,7 @@ def test_a_scrape_never_waits_for_the_view_nor_the_view_for_a_pass(monkeypatch):
             release.set()
             view.join(10)
         assert answers == [200]
-        monkeypatch.setattr(PassView, "document", made)
+        monkeypatch.undo()
 
         held.clear()
         release.clear()
@@ -438,19 +432,13 @@ def test_a_view_held_in_its_thread_holds_no_basic_auth_check(tmp_path, monkeypat
     config = tmp_path / "web.yml"
     config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
     held, release = threading.Event(), threading.Event()
-    made = PassView.document
-
-    def slow_document(self, query, cgroup_fields=True):
-        held.set()
-        release.wait(30)
-        return made(self, query, cgroup_fields)
 
     loop = PassLoop(CountingEngine(groups=2), interval=1.0)
     loop.run_pass()
     right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
     wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
     with serving(loop, web=webconfig.load(str(config))) as port:
-        monkeypatch.setattr(PassView, "document", slow_document)
+        hold_views(monkeypatch, held, release)
         answers: list[int] = []
         view = threading.Thread(
             target=lambda: answers.append(request(port, "/processes", right)[0])
@@ -491,16 +479,9 @@ def test_a_burst_of_views_never_turns_scrapes_away(monkeypatch):
     more /processes is answered 503 at once, and scrapes still answer."""
     release = threading.Event()
     started = threading.Semaphore(0)
-    made = PassView.document
-
-    def slow_document(self, query, cgroup_fields=True):
-        started.release()
-        release.wait(20)
-        return made(self, query, cgroup_fields)
-
     loop = PassLoop(CountingEngine(groups=2), interval=1.0)
     loop.run_pass()
-    monkeypatch.setattr(PassView, "document", slow_document)
+    hold_views(monkeypatch, started, release)
     server = make_server("127.0.0.1:0", loop, "/metrics", None, Limits(max_requests=MAX_ASIDE))
     serving_thread = threading.Thread(target=server.serve_forever)
     serving_thread.start()
@@ -530,3 +511,16 @@ def test_a_burst_of_views_never_turns_scrapes_away(monkeypatch):
         server.shutdown()
         server.server_close()
         serving_thread.join(10)
+
+
+def hold_views(monkeypatch, held: threading.Event | threading.Semaphore, release: threading.Event):
+    """Every view made from now on signals `held` (set, or released once each), then waits
+    for `release` (at most 30 s) before it is made."""
+    made = PassView.document
+
+    def slow_document(self, query, cgroup_fields=True):
+        held.release() if isinstance(held, threading.Semaphore) else held.set()
+        release.wait(30)
+        return made(self, query, cgroup_fields)
+
+    monkeypatch.setattr(PassView, "document", slow_document)
