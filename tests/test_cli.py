@@ -168,11 +168,12 @@ def test_table_is_the_default_and_fits_80_columns():
 
 
 def test_refused_processes_are_said_on_stderr_in_every_format():
-    """Without root's privileges most processes refuse `io`: one line says how many and
-    what to grant, whatever the output format."""
+    """Without root's privileges (uid 0 with every capability dropped, as
+    tests/test_reliability.py runs serve) most processes refuse `io`: one line says how
+    many and what to grant, whatever the output format."""
     for output_format in ("table", "json", "prometheus"):
         result = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            ["setpriv", "--inh-caps=-all", "--bounding-set=-all",
              sys.executable, "-m", "collector", "once", "--interval", "0.1",
              "--format", output_format],
             capture_output=True, text=True, timeout=60, check=False,
