@@ -124,11 +124,15 @@ def _cgroup_cells(cgroup: CgroupFields | None) -> list[str]:
     ]
 
 
-def _shorten(name: str, width: int) -> str:
-    if len(name) <= width:
-        return name
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut in the middle (`…`): a name's both ends
+    say the most (a pod's namespace and its hash, a cgroup's slice and scope)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
     keep = width - 1
-    return name[: keep - keep // 2] + "…" + name[len(name) - keep // 2 :]
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
 
 
 def as_table(
@@ -159,7 +163,7 @@ def as_table(
         room = width - sum(widths[1:]) - 2 * (len(widths) - 1)
         widths[0] = max(len(header[0]), min(widths[0], max(room, MIN_GROUP_WIDTH)))
         for row in rows:
-            row[0] = _shorten(row[0], widths[0])
+            row[0] = middle_cut(row[0], widths[0])
     lines = [f"{counted(len(rows), 'group')}{interval}; time is process-time (sums, not rates)"]
     for row in [header, *rows]:
         cells = [row[0].ljust(widths[0])] + [

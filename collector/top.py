@@ -42,7 +42,7 @@ from rich.text import Text
 
 from collector import __version__
 from collector.model import Malformed, ProcError
-from collector.output import group_name
+from collector.output import group_name, middle_cut
 from collector.parse import parse_schedstat, parse_stat, parse_status_switches
 from collector.plainread import boottime_ns
 from collector.processes import DEFAULT_LIMIT, DEFAULT_SORT, PassView, Query
@@ -561,16 +561,6 @@ def share(run_delay: int, on_cpu: int) -> str:
     """The run delay's share of the time runnable (on a CPU or waiting for one)."""
     runnable = on_cpu + run_delay
     return "-" if runnable <= 0 else f"{100 * run_delay / runnable:.0f}%"
-
-
-def middle_cut(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    head = (width - 1) // 2
-    tail = width - 1 - head
-    return text[:head] + "…" + (text[-tail:] if tail else "")
 
 
 def printable(text: str) -> str:

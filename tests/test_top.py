@@ -125,7 +125,7 @@ def test_the_widest_view_fits_80_columns(selection):
         assert "81% own limit (throttled) · 16% own threads · 3% neighbours" in text
         assert "999999/1000000 periods" in text
     else:  # each process's group, cut in its middle
-        assert "a-very-…" in text and "/system….service" in text
+        assert "a-very-l…" in text and "/system.…service" in text  # cut in the middle
 
 
 def test_names_are_shown_never_acted_on():
