@@ -124,7 +124,14 @@ def busy_pod(tmp_path_factory):
     busy thread under its container's 20% CPU quota (and a requested pod's weight),
     cgroupfs driver on this host's v1 controllers. About five runnable threads on this
     machine's two CPUs: every busy pod contends, and busy-pod, with three of them, uses
-    the most."""
+    the most.
+
+    Each busy thread has its CPU, so that the scheduler's balancing decides none of this:
+    left to it, the throttled pod's weight (its load, to the balancer) kept one CPU for it
+    and one web pod, which then ran 0.8 of a core and waited for nobody. CPU 0: two of
+    busy-pod's threads and one web pod's (a third of a core each); CPU 1: busy-pod's third,
+    the other web pod's (0.4 each) and throttled-pod's, which runs its 20% at once."""
+    assert len(os.sched_getaffinity(0)) == 2, "the pods are laid out for two CPUs, 0 and 1"
     tmp_path = tmp_path_factory.mktemp("logs")
     uid, throttled_uid = str(uuid.uuid4()), THROTTLED_UID
     cid, throttled_cid = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2
@@ -137,12 +144,14 @@ def busy_pod(tmp_path_factory):
     throttled_path = f"kubepods/burstable/pod{throttled_uid}/{throttled_cid}"
     with contextlib.ExitStack() as stack:
         cgroup_path = stack.enter_context(cgroup("v2", systemd_pod_path(uid, cid)))
-        busy = stack.enter_context(Workload(cgroup_path, "--busy", "3", "--sleepers", "1"))
-        for web_uid in WEB.values():
+        busy = stack.enter_context(
+            Workload(cgroup_path, "--busy", "3", "--busy-cpus", "0,0,1", "--sleepers", "1")
+        )
+        for cpu, web_uid in enumerate(WEB.values()):
             web_path = stack.enter_context(
                 cgroup("v2", systemd_pod_path(web_uid, uuid.uuid4().hex * 2))
             )
-            stack.enter_context(Workload(web_path, "--busy", "1"))
+            stack.enter_context(Workload(web_path, "--busy", "1", "--cpu", str(cpu)))
         throttled = stack.enter_context(cgroups(("cpu", "cpuacct", "v2"), throttled_path))
         with open(Path(throttled["cpu"]) / "cpu.cfs_quota_us", "w") as quota:
             quota.write("20000")
@@ -155,7 +164,7 @@ def busy_pod(tmp_path_factory):
         # throttled, as much again for neighbours), which is the truth and what the rules
         # then say.
         stack.enter_context(weighed(throttled["cpu"], 1024 * 204 // 2))
-        stack.enter_context(Workload(list(throttled.values()), "--busy", "1"))
+        stack.enter_context(Workload(list(throttled.values()), "--busy", "1", "--cpu", "1"))
         yield tmp_path, uid, busy.pid
 
 

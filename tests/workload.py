@@ -1,16 +1,19 @@
 """A controllable workload for the kernel-truth tests, driven by lines on stdin.
 
     python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
-                       [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS] [--name-threads]
+                       [--busy-cpus N,N,...] [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS]
+                       [--name-threads]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
 block; with --duty a thread runs RUN_MS of CPU time, then sleeps until EVERY_MS of wall
 time since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --churn a thread
 keeps starting short-lived threads and children and writing to a file in DIR; with --cpu
-every thread runs on that CPU only; with --storage a thread (not the leader) writes BYTES
-to FILE with fsync, drops the file's pages from the page cache and reads it back, so that
-storage really moved both ways, before "ready"; the thread then blocks. With
+every thread runs on that CPU only; with --busy-cpus the i-th busy thread runs on the i-th
+CPU listed only (the scheduler's balancing then decides nothing about them); with --storage
+a thread (not the leader) writes BYTES to FILE with fsync, drops the file's pages from the
+page cache and reads it back, so that storage really moved both ways, before "ready"; the
+thread then blocks. With
 --name-threads each busy, sleeper and idle thread names itself (its `comm`) busy-N,
 sleeper-N, idle-N.
 Commands:
@@ -35,7 +38,9 @@ sleeps = [0]
 stop = threading.Event()
 
 
-def busy() -> None:
+def busy(cpu: int | None = None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # 0: the calling thread, not the whole process
     buffer = os.urandom(1 << 20)
     while not stop.is_set():
         hashlib.sha256(buffer).digest()
@@ -146,13 +151,19 @@ def main() -> None:
     )
     parser.add_argument("--churn", metavar="DIR", help="churn threads, children and writes")
     parser.add_argument("--cpu", type=int, help="run on this CPU only")
+    parser.add_argument(
+        "--busy-cpus", metavar="N,N,...", help="the i-th busy thread on the i-th CPU only"
+    )
     parser.add_argument("--storage", metavar="FILE:BYTES", help="write, then read from storage")
     parser.add_argument("--name-threads", action="store_true", help="busy-N, sleeper-N, idle-N")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     sleeps[:] = [0] * args.sleepers
-    targets = [(f"busy-{i}", busy, ()) for i in range(args.busy)]
+    cpus = [int(n) for n in args.busy_cpus.split(",")] if args.busy_cpus else []
+    if cpus and len(cpus) != args.busy:
+        parser.error(f"--busy-cpus lists {len(cpus)} CPUs for {args.busy} busy threads")
+    targets = [(f"busy-{i}", busy, (cpus[i],) if cpus else ()) for i in range(args.busy)]
     targets += [(f"sleeper-{i}", sleeper, (i,)) for i in range(args.sleepers)]
     targets += [(f"idle-{i}", idle, ()) for i in range(args.idle)]
     threads = [
