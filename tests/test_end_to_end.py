@@ -259,7 +259,17 @@ def collector(busy_pod):
         yield f"127.0.0.1:{port}", uid
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # killed, not left behind, and said why
+            process.kill()
+            process.wait()
+            try:
+                _, stderr = process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # its stderr held open elsewhere: no tail
+                stderr = b""
+            tail = stderr.decode(errors="replace")[-2000:]
+            raise AssertionError(f"serve did not stop within 10 s of SIGTERM:\n{tail}") from None
 
 
 @pytest.fixture(scope="module")
