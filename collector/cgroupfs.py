@@ -42,7 +42,13 @@ from collector.model import (
     build,
     whole_read_due,
 )
-from collector.parse import parse_flat_keyed, parse_pressure, parse_single_value
+from collector.parse import (
+    parse_cfs_quota,
+    parse_cpu_max,
+    parse_flat_keyed,
+    parse_pressure,
+    parse_single_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -467,7 +473,10 @@ class CgroupFS:
         else:
             stat = v2_stat if source is v2 else _parsed(cpu.directory + b"/cpu.stat", _cpu_stat)
             if stat is not None:
-                bandwidth = self._bandwidth(source.root, source.location, source.inode, stat)
+                before = None if previous is None else previous.bandwidth
+                bandwidth = self._bandwidth(
+                    source.root, source.location, source.inode, stat, before, source is v2
+                )
         return build(CgroupReading, (identity, usage, pressure, bandwidth))
 
     def _held_dir(self, directory: bytes, inode: int) -> int | None:
@@ -558,25 +567,35 @@ class CgroupFS:
         )
 
     def _bandwidth(
-        self, root: bytes, location: Location, inode: int, stat: Mapping[bytes, int]
+        self,
+        root: bytes,
+        location: Location,
+        inode: int,
+        stat: Mapping[bytes, int],
+        before: tuple[Bandwidth, ...] | None,
+        v2: bool,
     ) -> tuple[Bandwidth, ...] | None:
         """The bandwidth counters of the group's cgroup and, for a pod, of every cgroup
-        below it: the kernel keeps them per cgroup, for that cgroup's own quota."""
+        below it: the kernel keeps them per cgroup, for that cgroup's own quota. Each with
+        its quota (`_with_quota`), given the group's last reading (`before`)."""
+        last = {} if before is None else {entry.path: entry for entry in before}
         own = _bandwidth_of(b"", inode, stat)
         if own is None:
             return None
-        found = [own]
+        directory = root + location.path
+        found = [_with_quota(own, directory, last.get(b""), v2)]
         if location.subtree:
-            stack = [(b"", root + location.path)]
+            stack = [(b"", directory)]
             while stack:
                 relative, directory = stack.pop()
                 for child, child_inode in _subdirs(directory):
                     path = relative + b"/" + child
-                    stat = _parsed(directory + b"/" + child + b"/cpu.stat", _cpu_stat)
+                    below = directory + b"/" + child
+                    stat = _parsed(below + b"/cpu.stat", _cpu_stat)
                     counters = None if stat is None else _bandwidth_of(path, child_inode, stat)
                     if counters is not None:
-                        found.append(counters)
-                    stack.append((path, directory + b"/" + child))
+                        found.append(_with_quota(counters, below, last.get(path), v2))
+                    stack.append((path, below))
         return tuple(found)
 
 
@@ -638,6 +657,28 @@ def _bandwidth_of(path: bytes, inode: int, stat: Mapping[bytes, int]) -> Bandwid
     else:
         return None
     return Bandwidth(path, inode, periods, throttled, throttled_ns)
+
+
+def _with_quota(
+    counters: Bandwidth, directory: bytes, last: Bandwidth | None, v2: bool
+) -> Bandwidth:
+    """A cgroup's counters with its quota and period: read where it was throttled in a
+    period since its `last` reading (or in any period, without one), the only intervals
+    whose throttled time the quota serves to turn into wall time
+    (collector/waits.py, `throttled_wall_ns`); carried from `last` elsewhere."""
+    if last is not None and last.inode == counters.inode:
+        if counters.throttled_periods == last.throttled_periods:
+            return counters._replace(quota_ns=last.quota_ns, period_ns=last.period_ns)
+    elif not counters.throttled_periods:
+        return counters
+    if v2:
+        quota_us, period_us = _parsed(directory + b"/cpu.max", parse_cpu_max) or (None, None)
+    else:
+        quota_us = _parsed(directory + b"/cpu.cfs_quota_us", parse_cfs_quota)
+        period_us = _parsed(directory + b"/cpu.cfs_period_us", parse_single_value)
+    if quota_us is None or period_us is None:
+        return counters
+    return counters._replace(quota_ns=quota_us * 1000, period_ns=period_us * 1000)
 
 
 def _subdirs(directory: bytes) -> list[tuple[bytes, int]]:

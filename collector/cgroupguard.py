@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from collector.model import Bandwidth, CgroupFields, CgroupReading, Pressure
+from collector.waits import split_cpu_stall, throttled_wall_ns
 
 
 @dataclass(slots=True)
@@ -69,37 +70,43 @@ def _pressure(new: Pressure | None, old: Pressure | None) -> tuple[int | None, i
 
 def _bandwidth(
     new: tuple[Bandwidth, ...] | None, old: tuple[Bandwidth, ...] | None
-) -> tuple[int | None, int | None, int | None]:
-    """(periods, throttled periods, throttled ns) summed over the cgroups of the group."""
+) -> tuple[int | None, int | None, int | None, int]:
+    """(periods, throttled periods, throttled ns) summed over the cgroups of the group,
+    and the wall time its quotas throttled it (`throttled_wall_ns`, summed likewise)."""
     if new is None or old is None:
-        return None, None, None
+        return None, None, None, 0
     before = {entry.path: entry for entry in old}
-    periods = throttled = throttled_ns = 0
+    periods = throttled = throttled_ns = wall_ns = 0
     for entry in new:
         last = before.get(entry.path)
         if last is None or last.inode != entry.inode:  # made since the last reading
+            n, t = entry.throttled_periods, entry.throttled_ns
             periods += entry.periods
-            throttled += entry.throttled_periods
-            throttled_ns += entry.throttled_ns
-            continue
-        periods += _difference(entry.periods, last.periods)
-        throttled += _difference(entry.throttled_periods, last.throttled_periods)
-        throttled_ns += _difference(entry.throttled_ns, last.throttled_ns)
-    return periods, throttled, throttled_ns
+        else:
+            n = _difference(entry.throttled_periods, last.throttled_periods)
+            t = _difference(entry.throttled_ns, last.throttled_ns)
+            periods += _difference(entry.periods, last.periods)
+        throttled += n
+        throttled_ns += t
+        wall_ns += throttled_wall_ns(n, t, entry.quota_ns, entry.period_ns)
+    return periods, throttled, throttled_ns, wall_ns
 
 
 def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
     """The fields of one interval from two readings of the same cgroup; None if a
-    counter fell (the whole delta is dropped, never one field clamped)."""
+    counter fell (the whole delta is dropped, never one field clamped). Where its CPU
+    pressure has a `full` line, with why it waited (`split_cpu_stall`)."""
     try:
         usage = _difference(new.usage_ns, old.usage_ns)
-        periods, throttled, throttled_ns = _bandwidth(new.bandwidth, old.bandwidth)
+        periods, throttled, throttled_ns, throttled_wall = _bandwidth(new.bandwidth, old.bandwidth)
         cpu = _pressure(new.pressure[0], old.pressure[0])
         memory = _pressure(new.pressure[1], old.pressure[1])
         io = _pressure(new.pressure[2], old.pressure[2])
     except _Fell:
         return None
-    return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io)
+    waiting, stalled = cpu
+    causes = (None,) * 3 if stalled is None else split_cpu_stall(waiting, stalled, throttled_wall)
+    return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io, *causes)
 
 
 def _shape(reading: CgroupReading) -> tuple[bool, ...]:
@@ -122,6 +129,7 @@ def _nothing_moved(shape: tuple[bool, ...]) -> CgroupFields:
     values: list[int | None] = [0 if usage else None] + [0 if bandwidth else None] * 3
     for has_some, has_full in zip(some, full, strict=True):
         values += [0 if has_some else None, 0 if has_full else None]
+    values += [0 if full[0] else None] * 3  # why it waited, from its CPU `full` line
     return CgroupFields(*values)
 
 

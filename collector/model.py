@@ -203,13 +203,18 @@ class Pressure(NamedTuple):
 
 class Bandwidth(NamedTuple):
     """The CFS bandwidth counters of one cgroup (`cpu.stat`), with the directory they
-    were read from: `path` relative to the group's own cgroup (`b""` for itself)."""
+    were read from: `path` relative to the group's own cgroup (`b""` for itself); and its
+    quota per period (`cpu.max`, v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us`), read only
+    where a period was throttled since the last reading (collector/waits.py,
+    `throttled_wall_ns`), else carried; None where it has none or it was not read."""
 
     path: bytes
     inode: int
     periods: int
     throttled_periods: int
     throttled_ns: int
+    quota_ns: int | None = None
+    period_ns: int | None = None
 
 
 class CgroupReading(NamedTuple):
@@ -243,8 +248,15 @@ class CgroupFields:
     memory_pressure_stalled_nanos: int | None = None
     io_pressure_waiting_nanos: int | None = None
     io_pressure_stalled_nanos: int | None = None
-    # the group's run delay split by cause (collector/waits.py): formed on the node from
-    # the process sums, the throttled time above and the node's CPU time of the interval
+    # why the group waited (collector/waits.py), on one of two bases. Where its cgroup has
+    # CPU pressure with a `full` line: wall time, from the kernel's moment-by-moment
+    # account (the `full` stall split into its own quota's part and its neighbours', and
+    # `some` beyond `full`: waits while another of its own tasks ran) ...
+    cpu_stalled_throttled_nanos: int | None = None
+    cpu_stalled_neighbours_nanos: int | None = None
+    cpu_waiting_own_threads_nanos: int | None = None
+    # ... elsewhere: its run delay (thread-time) split on the interval's averages, from the
+    # process sums, the throttled time above and the node's CPU time of the interval
     run_delay_throttled_nanos: int | None = None
     run_delay_own_threads_nanos: int | None = None
     run_delay_neighbours_nanos: int | None = None
@@ -254,8 +266,8 @@ class CgroupFields:
 
 
 CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
-"""The thirteen fields of docs/reference.md §7, in order (the last three: the run delay
-split by cause); each is both an interval gauge and a counter."""
+"""The sixteen fields of docs/reference.md §7, in order (the last six: why the group
+waited, on either basis); each is both an interval gauge and a counter."""
 
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
 """Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):

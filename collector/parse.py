@@ -210,3 +210,20 @@ def parse_pressure(data: bytes, what: str = "pressure") -> Pressure:
     if b"some" not in totals:
         raise Malformed(what, data)
     return Pressure(totals[b"some"], totals.get(b"full"))
+
+
+def parse_cpu_max(data: bytes) -> tuple[int | None, int]:
+    """v2 `cpu.max`: `$MAX $PERIOD`, the quota and its period in µs, `max` for no quota
+    (Documentation/admin-guide/cgroup-v2.rst, "CPU Interface Files")."""
+    parts = data.split()
+    if len(parts) != 2 or not (parts[0] == b"max" or parts[0].isdigit()):
+        raise Malformed("cpu.max", data)
+    period = _natural(parts[1], "cpu.max", data)
+    return (None if parts[0] == b"max" else int(parts[0])), period
+
+
+def parse_cfs_quota(data: bytes) -> int | None:
+    """v1 `cpu.cfs_quota_us`: the quota per period in µs, -1 for none
+    (Documentation/scheduler/sched-bwc.rst)."""
+    text = data.strip()
+    return None if text == b"-1" else _natural(text, "cpu.cfs_quota_us", data)

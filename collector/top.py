@@ -650,9 +650,34 @@ def _percent(part: int | None, whole: int) -> str:
     return "-" if part is None else f"{100 * part / whole:.0f}%"
 
 
+KERNEL_CAUSES = (
+    "cpu_stalled_throttled_nanos",
+    "cpu_waiting_own_threads_nanos",
+    "cpu_stalled_neighbours_nanos",
+)
+"""Why a group waited from its CPU pressure (wall time), in the group line's order."""
+INTERVAL_CAUSES = tuple(
+    f"run_delay_{cause}_nanos" for cause in ("throttled", "own_threads", "neighbours")
+)
+"""The same from its run delay's split (thread-time), where it has no CPU pressure."""
+
+
+def _causes_line(what: str, parts: list, whole: int | None = None) -> str:
+    """`what` and its three causes, each a share of `whole` (of their sum without it)."""
+    total = sum(int(p or 0) for p in parts) if whole is None else whole
+    if total <= 0:
+        return f"  {what} 0"
+    throttled, own, neighbours = (_percent(p, total) for p in parts)
+    return (
+        f"  {what} {short_time(total)}: {throttled} own limit (throttled)"
+        f" · {own} own threads · {neighbours} neighbours"
+    )
+
+
 def group_lines(group: Mapping[str, Any]) -> list[str]:
     """A group's own cgroup, what its processes cannot see (docs/reference.md §7): its
-    CPU, throttling and CPU pressure; then its run delay split by cause."""
+    CPU, throttling and CPU pressure; then why it waited: moment by moment from its CPU
+    pressure (wall time), else its run delay split on the interval (thread-time)."""
     labels = group.get("group") or {}
     name = _row_group(labels)
     kind = "pod" if "uid" in labels else "cgroup"
@@ -674,21 +699,18 @@ def group_lines(group: Mapping[str, Any]) -> list[str]:
             f"  CPU pressure {short_time(group.get('cpu_pressure_waiting_nanos'))}"
         )
     run_delay = int(group.get("run_delay_nanos") or 0)
-    split = (
-        group.get("run_delay_throttled_nanos"),
-        group.get("run_delay_own_threads_nanos"),
-        group.get("run_delay_neighbours_nanos"),
-    )
+    stalled = [group.get(name) for name in KERNEL_CAUSES]
+    if all(part is not None for part in stalled):
+        lines.append(f"  run delay {short_time(run_delay)}")
+        lines.append(_causes_line("waited (wall time)", stalled))
+        return lines
+    split = [group.get(name) for name in INTERVAL_CAUSES]
     if run_delay <= 0:
         lines.append("  run delay 0")
     elif all(part is None for part in split):
         lines.append(f"  run delay {short_time(run_delay)} (no split by cause this interval)")
     else:
-        throttled_part, own, neighbours = (_percent(p, run_delay) for p in split)
-        lines.append(
-            f"  run delay {short_time(run_delay)}: {throttled_part} own limit (throttled)"
-            f" · {own} own threads · {neighbours} neighbours"
-        )
+        lines.append(_causes_line("run delay", split, run_delay))
     return lines
 
 

@@ -1,27 +1,31 @@
-"""Why a group waited: its run delay split by cause, on the node, each pass.
+"""Why a group waited: on the node, each pass, by cause (docs/findings.md, "Why a pod
+waits", says what each part's error is).
 
-A thread's run delay (schedstat field 2) is time runnable but not running. Three causes
-leave the same trace there, and only the node has what tells them apart in the same
-interval (docs/findings.md, "Why a pod waits"):
+Three causes leave the same trace, a runnable task that does not run, and each asks for
+a different action: the group's own CPU quota throttled it; its own tasks outnumbered
+the CPUs it may use; other groups held those CPUs. Two bases tell them apart.
 
-* its own CPU quota: a throttled group's runnable threads stay queued until the next
-  period (docs/reference.md §7). The kernel counts the time each of its cgroups' run
-  queues was throttled, summed over CPUs (`throttled_usec`, `throttled_time`): the part of
-  the run delay its own limits explain is at least that, and exactly that for one runnable
-  thread per throttled queue;
-* its own threads: a group with more runnable threads than the node has CPUs waits even
-  alone. Over an interval of length Δ its threads were runnable `on_cpu + run_delay`
-  thread-time; beyond `cpus * Δ` of it no scheduler could have run them;
-* its neighbours: the rest of its wait, where other groups held the CPUs it could have
-  used; never more than the CPU time the rest of the node used meanwhile (a CPU-second
-  that another group did not use was one this group could have had).
+**The kernel's moment-by-moment account** (`split_cpu_stall`), where the group's cgroup
+has CPU pressure with a `full` line (cgroup v2, and the v2 tree of a hybrid host; Linux
+5.13+). Its `full` total is the wall time in which none of the group's runnable tasks
+had a CPU, its `some` total the wall time in which at least one waited; both count every
+task that ran in the cgroup, exited ones included. A throttled group's tasks all wait:
+its quota's part of `full` is the wall time its quotas throttled it (`throttled_wall_ns`,
+at most `full`); the rest of `full` is its neighbours'. `some` beyond `full` is time in
+which some of its tasks waited while another of its own ran: its own threads'. These
+three are wall time.
 
-Each part is taken in that order from what the earlier ones left, so the three never sum
-past the run delay; what remains (wake-up latency, migrations) is unattributed. The
-arithmetic assumes a fair, work-conserving scheduler over the interval: a group busier in
-bursts than its interval's average shows more of its own-threads wait as its neighbours'
-where the node was busy meanwhile, and a group pinned to fewer CPUs than the node's
-(cpusets) likewise (docs/findings.md says how large each error is).
+**The interval's averages** (`split_run_delay`), where the cgroup has no such line: its
+run delay (schedstat, thread-time, over the processes that lived through the interval)
+is taken in order by its quota (the throttled time, capped at the run delay), by its own
+threads (runnable thread-time beyond the node's CPUs x the interval) and by its
+neighbours (what is left, at most the CPU time the rest of the node used). A group busy
+in bursts, or allowed fewer CPUs than the node has, shows part of its own threads' wait
+as its neighbours' here: the kernel's account has no such error.
+
+A group's causes are on one basis or the other, never both: the exported fields say
+which (`cpu_stalled_*`, `cpu_waiting_own_threads_nanos`: wall time;
+`run_delay_*`: thread-time).
 """
 
 from __future__ import annotations
@@ -90,7 +94,8 @@ def split_run_delay(
     fields: Fields, cgroup: CgroupFields, node: NodeInterval
 ) -> tuple[int, int, int]:
     """(throttled, own threads, neighbours): the parts of a group's run delay in one
-    interval that each cause explains (the module's docstring), in nanoseconds."""
+    interval that each cause explains on the interval's averages (the module's
+    docstring), in nanoseconds of thread-time."""
     delay = fields.run_delay_nanos
     throttled = min(delay, cgroup.cpu_throttled_nanos or 0)
     left = delay - throttled
@@ -102,26 +107,60 @@ def split_run_delay(
     return throttled, own, min(left, others)
 
 
+def throttled_wall_ns(
+    throttled_periods: int, throttled_ns: int, quota_ns: int | None, period_ns: int | None
+) -> int:
+    """The wall time in which one cgroup's quota throttled it over an interval, from its
+    throttled time, which the kernel sums over the CPUs whose run queues it throttled.
+
+    In a throttled period of length P the cgroup used its quota Q in the part U of the
+    period it ran, on c CPUs at once (Q = c·U); each of those c run queues was throttled
+    for the rest of the period: throttled time T = c·(P - U) a period. So c = (T + Q)/P,
+    and the wall time throttled, T/c = P·T/(T + Q) a period; over n such periods,
+    n·P·T/(T + n·Q). Never more than T (a throttled moment has a run queue throttled) nor
+    n·P. Without the quota (not read, or removed since), T itself: one run queue at a
+    time, never less than the truth."""
+    if throttled_ns <= 0:
+        return 0
+    if not throttled_periods or quota_ns is None or not period_ns:
+        return throttled_ns
+    span = throttled_periods * period_ns
+    return min(
+        throttled_ns, span, span * throttled_ns // (throttled_ns + throttled_periods * quota_ns)
+    )
+
+
+def split_cpu_stall(
+    waiting_ns: int | None, stalled_ns: int, throttled_ns: int
+) -> tuple[int, int, int]:
+    """(throttled, neighbours, own threads): why a group waited over an interval, in wall
+    time, from its CPU pressure's `some` (`waiting_ns`) and `full` (`stalled_ns`) and the
+    wall time its quotas throttled it (the module's docstring)."""
+    throttled = min(stalled_ns, throttled_ns)
+    own = 0 if waiting_ns is None else max(0, waiting_ns - stalled_ns)
+    return throttled, stalled_ns - throttled, own
+
+
 def with_waits(
     intervals: Mapping[Group, Fields],
     cgroup_intervals: Mapping[Group, CgroupFields],
     node: NodeInterval | None,
 ) -> dict[Group, CgroupFields]:
-    """The cgroup intervals with each group's run delay split by cause, where the group
-    has both a process interval and a cgroup delta this pass, and the node's interval is
-    known; the other groups as they were (their three fields None)."""
+    """The cgroup intervals, each group's run delay split by cause on the interval's
+    averages where its causes are not already the kernel's (no CPU `full` line), it has a
+    process interval and a cgroup delta this pass, and the node's interval is known; the
+    other groups as they were."""
+    split = dict(cgroup_intervals)
     if node is None:
-        return dict(cgroup_intervals)
-    split = {}
+        return split
     for group, cgroup in cgroup_intervals.items():
         fields = intervals.get(group)
-        if fields is not None:
+        if fields is not None and cgroup.cpu_stalled_neighbours_nanos is None:
             throttled, own, neighbours = split_run_delay(fields, cgroup, node)
-            cgroup = replace(
+            split[group] = replace(
                 cgroup,
                 run_delay_throttled_nanos=throttled,
                 run_delay_own_threads_nanos=own,
                 run_delay_neighbours_nanos=neighbours,
             )
-        split[group] = cgroup
     return split

@@ -115,21 +115,25 @@ def _series_per_group_by_the_reference(psi: bool) -> dict[str, int | Counter[int
     footprint = re.findall(r"^\| `(procdelta_footprint_\w+)` \|", _reference_section(5), re.M)
     assert len(fields) == 11 and "processes" in fields and len(footprint) == 3
     pressure = [name for name in cgroup if "pressure" in name]
-    assert len(cgroup) == 13 and len(pressure) == 6
+    assert len(cgroup) == 16 and len(pressure) == 6
+    # why it waited: from CPU pressure where the node has it, else the run delay's split
+    kernel = [name for name in cgroup if name.startswith(("cpu_stalled_", "cpu_waiting_"))]
     split = [name for name in cgroup if name.startswith("run_delay_")]
-    assert len(split) == 3
-    without_pressure = len(cgroup) - len(pressure)
-    cg = len(cgroup) if psi else without_pressure
+    assert len(kernel) == len(split) == 3
+    without_pressure = len(cgroup) - len(pressure) - len(kernel)
+    cg = len(cgroup) - len(split) if psi else without_pressure
     gauges, counters = len(fields), len(fields) - 1
     default = gauges + cg + counters + cg + len(footprint)
+    # a container holding no process: its cgroup's fields, and why it waited where that
+    # comes from its CPU pressure (the run delay's split needs processes)
+    pause = cg if psi else cg - len(split)
     return {
         "default": default,
         "--no-export.interval-gauges": counters + cg + len(footprint),
         "--no-export.totals": gauges + cg + len(footprint),
         "--no-collector.cgroup": gauges + counters + len(footprint),
         "--no-collector.cgroup.pressure": default - 2 * (cg - without_pressure),
-        # app container, pause container (no process: its run delay is not split either)
-        "--per-container": Counter({default: 1, 2 * (cg - len(split)): 1}),
+        "--per-container": Counter({default: 1, 2 * pause: 1}),  # app container, pause
     }
 
 

@@ -176,6 +176,53 @@ def test_a_group_read_whole_when_its_usage_moved(tmp_path):
     assert [b.periods for b in second.bandwidth] == [0, 12]
 
 
+def test_a_quota_is_read_where_a_period_was_throttled_and_carried_elsewhere(tmp_path, monkeypatch):
+    """A cgroup's quota serves only to turn its throttled time of an interval into wall
+    time (collector/waits.py), so it is read where a period was throttled since the last
+    reading, never for a cgroup that was not: v2 `cpu.max` ("max" is none)."""
+    fs, pod = _pod(tmp_path, v2_stat(100, 10, 0, 0), {"c1": v2_stat(100, 10, 2, 500)})
+    (pod / "cpu.max").write_text("max 100000\n")
+    (pod / "c1" / "cpu.max").write_text("20000 100000\n")
+    ((_, locations),) = fs.pods(False).items()
+    reads = CgroupReads(monkeypatch)
+    first = fs.read_group(locations)
+    assert "cpu.max" not in reads.names_in(pod)  # the pod never throttled: no quota read
+    assert reads.names_in(pod / "c1") == {"cpu.stat", "cpu.max"}  # throttled before: read
+    assert [(b.quota_ns, b.period_ns) for b in first.bandwidth] == [
+        (None, None),
+        (20_000_000, 100_000_000),
+    ]
+    reads.seen.clear()
+    _write(pod / "cpu.stat", v2_stat(200, 12, 0, 0))
+    _write(pod / "c1" / "cpu.stat", v2_stat(200, 12, 2, 500))  # ran, not throttled
+    (pod / "c1" / "cpu.max").write_text("garbage\n")  # not read: carried
+    second = fs.read_group(locations, first)
+    assert "cpu.max" not in reads.names_in(pod / "c1")
+    assert second.bandwidth[1].quota_ns == 20_000_000
+    _write(pod / "cpu.stat", v2_stat(300, 13, 0, 0))
+    _write(pod / "c1" / "cpu.stat", v2_stat(300, 13, 3, 600))  # throttled again: read
+    (pod / "c1" / "cpu.max").write_text("50000 100000\n")
+    assert fs.read_group(locations, second).bandwidth[1].quota_ns == 50_000_000
+    _write(pod / "cpu.stat", v2_stat(400, 14, 0, 0))
+    _write(pod / "c1" / "cpu.stat", v2_stat(400, 14, 4, 700))
+    (pod / "c1" / "cpu.max").write_text("garbage\n")  # unreadable now: no quota, no error
+    assert fs.read_group(locations, second).bandwidth[1].quota_ns is None
+
+
+def test_a_v1_quota_is_read_from_its_two_files(tmp_path):
+    tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
+    directory = tree.root / "cpu,cpuacct" / "system.slice" / "foo.service"
+    (directory / "cpu.stat").write_text(v1_stat(10, 4, 40))
+    (directory / "cpu.cfs_quota_us").write_text("150000\n")
+    (directory / "cpu.cfs_period_us").write_text("100000\n")
+    fs = CgroupFS(str(tree.root))
+    where = [Location(h, b"/system.slice/foo.service", None, False) for h in ("cpu", "cpuacct")]
+    (counters,) = fs.read_group(where).bandwidth
+    assert (counters.quota_ns, counters.period_ns) == (150_000_000, 100_000_000)
+    (directory / "cpu.cfs_quota_us").write_text("-1\n")  # no quota
+    assert fs.read_group(where).bandwidth[0].quota_ns is None
+
+
 def test_a_group_gone_before_it_is_read_is_not_an_error(tmp_path):
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
     ((_, locations),) = fs.pods(False).items()

@@ -61,6 +61,12 @@ PASSES = [
                 "cpu_pressure_stalled_nanos": 1000,
                 "memory_pressure_waiting_nanos": None,
                 "io_pressure_stalled_nanos": None,
+                # why it waited, from `full` and `some`: the throttled time (no quota
+                # read: one run queue at a time) out of `full`, the rest its neighbours'
+                "cpu_stalled_throttled_nanos": 900,
+                "cpu_stalled_neighbours_nanos": 100,
+                "cpu_waiting_own_threads_nanos": 3000,
+                "run_delay_neighbours_nanos": None,  # the interval split is not this basis
             }
         },
     ),
@@ -79,6 +85,8 @@ PASSES = [
                 "cpu_periods": 0,
                 "cpu_pressure_stalled_nanos": 0,
                 "io_pressure_waiting_nanos": None,
+                "cpu_stalled_neighbours_nanos": 0,
+                "cpu_waiting_own_threads_nanos": 0,
             }
         },
     ),
@@ -131,7 +139,13 @@ PASSES = [
     Row(
         "a kernel without PSI `full`: stalled is None, waiting is counted",
         {POD: reading(usage=80, identity=(("v2", 70),), io=Pressure(4, None))},
-        {POD: {"io_pressure_waiting_nanos": 3000, "io_pressure_stalled_nanos": None}},
+        {
+            POD: {
+                "io_pressure_waiting_nanos": 3000,
+                "io_pressure_stalled_nanos": None,
+                "cpu_stalled_neighbours_nanos": None,  # no CPU `full`: no such causes
+            }
+        },
     ),
     Row("a group not read is forgotten", {}, {}),
     Row(
@@ -165,3 +179,37 @@ def test_equal_readings_give_zeros_of_their_own_shape(usage):
     assert delta["cgroup_cpu_nanos"] == (None if usage is None else 0)
     assert delta["memory_pressure_waiting_nanos"] == delta["memory_pressure_stalled_nanos"] == 0
     assert delta["cpu_periods"] is None and delta["cpu_pressure_waiting_nanos"] is None
+    assert delta["cpu_stalled_neighbours_nanos"] is None  # no CPU pressure: no such cause
+    with_cpu = reading(usage=usage, cpu=Pressure(4, 2))
+    tracker.advance({POD: with_cpu})
+    delta = tracker.advance({POD: with_cpu}).deltas[POD].as_dict()
+    assert delta["cpu_stalled_throttled_nanos"] == delta["cpu_stalled_neighbours_nanos"] == 0
+    assert delta["cpu_waiting_own_threads_nanos"] == 0
+
+
+S = 1_000_000_000
+
+
+def quota(path: bytes, inode: int, throttled: int, ns: int, quota_ms: int) -> Bandwidth:
+    return Bandwidth(path, inode, 30, throttled, ns, quota_ms * 1_000_000, 100_000_000)
+
+
+def test_throttled_time_over_several_cpus_is_taken_out_of_full_as_wall_time():
+    """4 busy threads on 2 CPUs under a 1-CPU quota for 3 s, beside a neighbour that held
+    both CPUs 0.2 s more (measured alone on 6.18: `full` 1.50 s, throttled time 2.99 s,
+    30 periods of 30): the quota's 1.5 s of wall time come out of `full`, not its 3 s of
+    run-queue time, and the neighbour's 0.2 s are left."""
+    tracker = CgroupTracker()
+    tracker.advance(
+        {POD: reading(usage=0, bandwidth=(quota(b"", 7, 0, 0, 100),), cpu=Pressure(0, 0))}
+    )
+    now = reading(
+        usage=3 * S,
+        bandwidth=(quota(b"", 7, 30, 3 * S, 100),),
+        cpu=Pressure(3_000_000, 1_700_000),
+    )
+    delta = tracker.advance({POD: now}).deltas[POD]
+    assert delta.cpu_throttled_nanos == 3 * S
+    assert delta.cpu_stalled_throttled_nanos == 1_500_000_000
+    assert delta.cpu_stalled_neighbours_nanos == 200_000_000
+    assert delta.cpu_waiting_own_threads_nanos == 1_300_000_000

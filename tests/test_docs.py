@@ -78,7 +78,7 @@ def rendered_families() -> dict[str, str]:
 
 
 def test_reference_tables_parse():
-    assert len(field_names(3)) == 11 and len(field_names(7)) == 13
+    assert len(field_names(3)) == 11 and len(field_names(7)) == 16
 
 
 def test_every_metric_family_is_documented_with_its_type():
@@ -148,6 +148,7 @@ OTHER_TOOLS_FLAGS = {
     "--field-selector",  # kubectl get
     "--namespace",  # helm install
     "--now",  # systemctl enable
+    "--previous",  # kubectl logs
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
     "--baseline",  # python -m tests.rulecost

@@ -24,7 +24,9 @@ PINNED = {
     "collector.groups.Group": ("kind", "labels"),
     "collector.waits.NodeCPU": ("cpus", "busy_ns"),
     "collector.waits.NodeInterval": ("cpus", "interval_ns", "busy_ns"),
-    "collector.model.Bandwidth": ("path", "inode", "periods", "throttled_periods", "throttled_ns"),
+    "collector.model.Bandwidth": (
+        "path", "inode", "periods", "throttled_periods", "throttled_ns", "quota_ns", "period_ns",
+    ),
     "collector.model.CgroupLine": ("hierarchy", "controllers", "path"),
     "collector.model.CgroupReading": ("identity", "usage_ns", "pressure", "bandwidth"),
     "collector.model.IOBytes": ("read_bytes", "write_bytes"),

@@ -153,6 +153,34 @@ def test_a_group_line_says_what_its_cgroup_did_not_give():
     ]
 
 
+def test_a_group_line_gives_why_it_waited_on_the_basis_it_has():
+    """Moment by moment where its cgroup has CPU pressure (wall time, each moment to one
+    cause), else its run delay split over the interval (thread-time)."""
+    group = {
+        "group": {"cgroup": "/x"},
+        "processes": 1,
+        "run_delay_nanos": 4_000_000_000,
+        "cgroup_cpu_nanos": 200_000_000,
+        "cpu_pressure_waiting_nanos": 1_000_000_000,
+        "cpu_stalled_throttled_nanos": 800_000_000,
+        "cpu_waiting_own_threads_nanos": 0,
+        "cpu_stalled_neighbours_nanos": 200_000_000,
+    }
+    assert top.group_lines(group)[2:] == [
+        "  run delay 4.00s",
+        "  waited (wall time) 1.00s: 80% own limit (throttled) · 0% own threads · 20% neighbours",
+    ]
+    interval = {**{k: v for k, v in group.items() if "stalled_" not in k and "own" not in k}}
+    interval |= {
+        "run_delay_throttled_nanos": 3_000_000_000,
+        "run_delay_own_threads_nanos": 1_000_000_000,
+        "run_delay_neighbours_nanos": 0,
+    }
+    assert top.group_lines(interval)[2:] == [
+        "  run delay 4.00s: 75% own limit (throttled) · 25% own threads · 0% neighbours"
+    ]
+
+
 def test_threads_sort_by_the_sort_field_when_a_thread_has_it():
     rows = [top.ThreadRow(1, tid, "t", tid, 10 - tid, 0, 0) for tid in range(1, 6)]
     by_delay = top.View({"processes": []}, threads=list(rows))
@@ -544,7 +572,10 @@ def test_plain_text_off_a_terminal_fits_80_columns(workloads):
     pod = first_blocks(["--pod", "top/throttled-pod", *workloads["logs"]], blocks=1)
     assert max(len(line) for line in pod.splitlines()) <= 80
     assert "pod top/throttled-pod  burstable  1 process with a delta" in pod
-    assert re.search(r"run delay \S+: \d+% own limit \(throttled\) · \d+% own threads", pod)
+    # this host has cgroup CPU pressure: why it waited, moment by moment, its limit first
+    assert re.search(
+        r"waited \(wall time\) \S+: (9\d|100)% own limit \(throttled\) · \d+% own", pod
+    )
     assert re.search(rf"^ *{workloads['throttled']} {LEADER} +2 ", pod, re.M)
 
 

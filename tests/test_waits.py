@@ -16,7 +16,9 @@ from collector.waits import (
     NodeInterval,
     node_interval,
     parse_node_cpu,
+    split_cpu_stall,
     split_run_delay,
+    throttled_wall_ns,
     with_waits,
 )
 
@@ -90,6 +92,94 @@ def test_the_parts_never_exceed_the_run_delay(
     assert all(part >= 0 for part in parts)
     assert sum(parts) <= delay
     assert parts[2] <= max(0, busy - max(on_cpu, usage or 0))  # never more than others used
+
+
+MS = 1_000_000  # a millisecond in ns
+
+
+@pytest.mark.parametrize(
+    ("case", "periods", "throttled", "quota_ms", "wall"),
+    [
+        # measured on 6.18 over 5 s (per second here), PSI `full` of each group alone
+        # beside: 4 busy threads on 2 CPUs under a 1-CPU quota: throttled time 0.995 s a
+        # second over 10 periods, `full` 0.500
+        ("4 threads, 2 CPUs, 1-CPU quota", 10, 0.995, 100, 0.499),
+        # 2 busy threads under 1.5 CPUs: throttled 0.495, `full` 0.250
+        ("2 threads, 1.5-CPU quota", 10, 0.495, 150, 0.248),
+        # 1 busy thread under 20%: throttled 0.800, `full` 0.800 (one run queue)
+        ("1 thread, 20% quota", 10, 0.8, 20, 0.8),
+        # 35% of each second busy under a 50% quota: throttled 0.144 in 3 periods of 6,
+        # `full` 0.144
+        ("bursts, a third of its periods", 3, 0.144, 50, 0.144),
+    ],
+)
+def test_throttled_wall_time_from_run_queue_time(case, periods, throttled, quota_ms, wall):
+    got = throttled_wall_ns(periods, round(throttled * S), quota_ms * MS, 100 * MS)
+    assert got == pytest.approx(wall * S, abs=0.003 * S), case
+
+
+def test_throttled_wall_time_without_the_quota_is_the_throttled_time():
+    """Not read (or removed since): as the kernel counts it, never less than the truth
+    (what is left of `full` for the neighbours is then never more than theirs)."""
+    assert throttled_wall_ns(10, S, None, None) == S
+    assert throttled_wall_ns(0, 5 * MS, 100 * MS, 100 * MS) == 5 * MS  # across a pass
+    assert throttled_wall_ns(3, 0, 100 * MS, 100 * MS) == 0
+
+
+@given(
+    periods=st.integers(0, 10**6),
+    throttled=nanos,
+    quota=st.none() | st.integers(1000, 10**12),
+    period=st.integers(1000, 10**10),
+)
+def test_throttled_wall_time_is_within_its_bounds(periods, throttled, quota, period):
+    """At least the throttled time over the CPUs its quota spans, never more than the
+    throttled time (a throttled moment has a run queue throttled) nor its periods' span."""
+    wall = throttled_wall_ns(periods, throttled, quota, period)
+    assert 0 <= wall <= throttled
+    if quota is not None and periods:
+        assert wall <= periods * period
+        assert wall >= min(throttled, periods * period) * period // (period + quota) - 1
+
+
+@pytest.mark.parametrize(
+    ("case", "some", "full", "throttled_wall", "expected"),
+    [
+        # measured on 6.18 (per second of wall): three busy threads pinned to one CPU
+        # beside a neighbour busy on the other: some 1.000, full 0.001
+        ("pinned behind itself", 1.0, 0.001, 0, (0, 0.001, 0.999)),
+        # a one-thread victim sharing its CPU with a two-thread hog: some = full = 0.501
+        ("a hog's victim", 0.501, 0.501, 0, (0, 0.501, 0)),
+        # one thread at a 20% quota: all of `full` its quota's
+        ("at its quota", 0.8, 0.8, 0.8, (0.8, 0, 0)),
+        # the quota's wall time over several CPUs, estimated past `full`: capped
+        ("estimate past full", 0.9, 0.5, 0.6, (0.5, 0, 0.4)),
+    ],
+)
+def test_split_cpu_stall(case, some, full, throttled_wall, expected):
+    got = split_cpu_stall(round(some * S), round(full * S), round(throttled_wall * S))
+    assert got == tuple(round(e * S) for e in expected), case
+    assert sum(got) == max(round(some * S), round(full * S))  # every moment to one cause
+
+
+def test_with_waits_splits_the_interval_only_where_the_kernel_gave_no_causes():
+    pod, psi_pod = (Group("cgroup", (("cgroup", f"/{n}"),)) for n in "ab")
+    busy = Fields(on_cpu_nanos=S // 5, run_delay_nanos=4 * S // 5)
+    from_psi = CgroupFields(
+        cgroup_cpu_nanos=S // 5,
+        cpu_throttled_nanos=0,
+        cpu_stalled_throttled_nanos=0,
+        cpu_stalled_neighbours_nanos=4 * S // 5,
+        cpu_waiting_own_threads_nanos=0,
+    )
+    split = with_waits(
+        {pod: busy, psi_pod: busy},
+        {pod: cgroup(0, 0.2), psi_pod: from_psi},
+        NodeInterval(2, S, 2 * S),
+    )
+    assert split[psi_pod] == from_psi  # one basis, never both
+    assert split[pod].run_delay_neighbours_nanos == 4 * S // 5
+    assert split[pod].cpu_stalled_neighbours_nanos is None
 
 
 def test_node_cpu_is_what_psutil_reads(tmp_path):
