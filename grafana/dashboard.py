@@ -42,6 +42,17 @@ def per_pod(record: str, scale: str = "") -> str:
     return f"node_namespace_pod:procdelta_{record}{{{POD}}}{divided}\n{IN_WORKLOADS}"
 
 
+def waited(stall: str, delay: str) -> str:
+    """A cause's seconds of waiting per second, per pod, on the basis the pod has it: its
+    `stall` field (wall time, from cgroup CPU pressure), else its `delay` field (its run
+    delay's part, thread-time)."""
+    either = (
+        f"node_namespace_pod:procdelta_{stall}_nanos:rate5m{{{POD}}}\n"
+        f"or\nnode_namespace_pod:procdelta_{delay}_nanos:rate5m{{{POD}}}"
+    )
+    return f"(\n{either}\n) / 1e9\n{IN_WORKLOADS}"
+
+
 def per_workload(record: str, scale: str = "") -> str:
     divided = f" / {scale}" if scale else ""
     return f"namespace_workload:procdelta_{record}{{{WORKLOAD}}}{divided}"
@@ -201,8 +212,10 @@ def layout(items: list[dict]) -> list[dict]:
 
 FINDINGS = "See docs/findings.md for what it means, how far to trust it, and what to do."
 CAUSES = (
-    "over the pod's runnable time (run delay + on-CPU), from procdelta's per-pass "
-    "attribution of its run delay"
+    "over the time the pod had work, on the basis procdelta took its wait on: where its "
+    "cgroup has CPU pressure, the kernel's moment-by-moment account (wall time, over its "
+    "`full` stall plus its CPU, at most the wall time); elsewhere its run delay split over "
+    "the interval (thread-time, over run delay + on-CPU)"
 )
 
 
@@ -215,8 +228,9 @@ def cpu_panels() -> list[dict]:
             [(per_pod("cpu_starvation:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m: the share of the pod's "
             "runnable time its threads spent waiting for a CPU, run delay / (run delay + "
-            "on-CPU), whatever the cause. The three panels below split it by cause; what they "
-            f"leave is unattributed. No series: an idle pod. {FINDINGS}",
+            "on-CPU), whatever the cause (thread-time, its long-lived processes). The three "
+            "panels below say why, each a share of the time the pod had work. No series: an "
+            f"idle pod. {FINDINGS}",
         ),
         instant_table(
             "CPU wait by cause, per pod",
@@ -228,11 +242,10 @@ def cpu_panels() -> list[dict]:
                 (per_pod("cpu_throttled_periods:ratio_rate5m"), "throttled share", "percentunit"),
                 (per_pod("on_cpu_nanos:rate5m", "1e9"), "cores", "short"),
             ],
-            "One row per pod, at the end of the time range: its starvation, and the parts of "
-            "it its own CPU limit, its own threads and its neighbours explain (the three "
-            "panels below), the share of CFS periods its quota throttled, and the cores it "
-            "used. The three parts never add up to more than the starvation; the rest is "
-            f"unattributed. {FINDINGS}",
+            "One row per pod, at the end of the time range: its starvation, the shares of "
+            "the time it had work its own CPU limit, its own threads and its neighbours "
+            "explain (the three panels below), the share of CFS periods its quota throttled, "
+            f"and the cores it used. {FINDINGS}",
             "starvation",
         ),
         panel(
@@ -240,11 +253,10 @@ def cpu_panels() -> list[dict]:
             "percentunit",
             [(per_pod("cpu_wait_throttled:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m: the part of the "
-            "pod's run delay that its own CPU quotas explain, "
-            f"{CAUSES}: each pass, min(run delay, the throttled time of the pod's cgroup and "
-            "every cgroup below it) (run_delay_throttled_nanos). The pod waits for its own "
-            "limit, not for the node: ProcdeltaPodCPUThrottled fires on this part (or on the "
-            f"throttled share of periods). {FINDINGS}",
+            "pod's wait that its own CPU quotas explain, "
+            f"{CAUSES} (cpu_stalled_throttled_nanos, run_delay_throttled_nanos). The pod "
+            "waits for its own limit, not for the node: ProcdeltaPodCPUThrottled fires on "
+            f"this part (or on the throttled share of periods). {FINDINGS}",
             width=8,
         ),
         panel(
@@ -252,11 +264,10 @@ def cpu_panels() -> list[dict]:
             "percentunit",
             [(per_pod("cpu_wait_own_threads:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_wait_own_threads:ratio_rate5m: the part of the "
-            "pod's run delay spent queued behind its own threads, "
-            f"{CAUSES}: each pass, min(run delay - the own-limit part, max(0, on-CPU + run "
-            "delay - the node's CPUs x the interval)) (run_delay_own_threads_nanos): the "
-            "pod alone wanted more CPU time than the node has, neighbours or not: "
-            f"ProcdeltaPodCPUOwnThreads fires on this part. {FINDINGS}",
+            "pod's wait spent queued behind its own threads (some of its tasks waited while "
+            f"another of its own ran), {CAUSES} (cpu_waiting_own_threads_nanos, "
+            "run_delay_own_threads_nanos): more runnable threads than the CPUs it may use, "
+            f"neighbours or not: ProcdeltaPodCPUOwnThreads fires on this part. {FINDINGS}",
             width=8,
         ),
         panel(
@@ -264,28 +275,31 @@ def cpu_panels() -> list[dict]:
             "percentunit",
             [(per_pod("cpu_wait_neighbours:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
-            "pod's run delay explained by other groups holding the CPUs it could use, "
-            f"{CAUSES}: each pass, min(run delay - the own-limit and own-threads parts, the "
-            "node's busy CPU time over the interval (/proc/stat) - the pod's own CPU) "
-            "(run_delay_neighbours_nanos). ProcdeltaPodCPUStarved fires on this part; the "
-            f"neighbours row below ranks who ran on the pod's node. {FINDINGS}",
+            "pod's wait explained by other groups holding the CPUs it could use (none of its "
+            f"tasks ran), {CAUSES} (cpu_stalled_neighbours_nanos, "
+            "run_delay_neighbours_nanos). ProcdeltaPodCPUStarved fires on this part, and "
+            "ProcdeltaNodeCPUSaturated on the pods it finds on a node; the neighbours row "
+            f"below ranks who ran on the pod's node. {FINDINGS}",
             width=8,
         ),
         panel(
-            "Run delay by cause",
+            "Waiting by cause",
             "short",
             [
-                (per_pod("run_delay_nanos:rate5m", "1e9"), PODS + " run delay"),
-                (per_pod("run_delay_throttled_nanos:rate5m", "1e9"), PODS + " own CPU limit"),
-                (per_pod("run_delay_own_threads_nanos:rate5m", "1e9"), PODS + " own threads"),
-                (per_pod("run_delay_neighbours_nanos:rate5m", "1e9"), PODS + " neighbours"),
+                (waited(stall, delay), f"{PODS} {cause}")
+                for cause, stall, delay in (
+                    ("own CPU limit", "cpu_stalled_throttled", "run_delay_throttled"),
+                    ("own threads", "cpu_waiting_own_threads", "run_delay_own_threads"),
+                    ("neighbours", "cpu_stalled_neighbours", "run_delay_neighbours"),
+                )
             ],
-            "Seconds per second spent runnable but waiting for a CPU, summed over threads "
-            "(node_namespace_pod:procdelta_run_delay_nanos:rate5m / 1e9), beside the parts "
-            "of it each cause explains (node_namespace_pod:procdelta_run_delay_throttled_nanos"
-            ":rate5m, ..._run_delay_own_threads_nanos:rate5m and "
-            "..._run_delay_neighbours_nanos:rate5m, each / 1e9): the gap between the run "
-            f"delay and the three is unattributed. {FINDINGS}",
+            "Seconds per second the pod waited, by cause, on the basis procdelta took its wait "
+            "on. Where its cgroup has CPU pressure: wall time, each moment some task of it "
+            "waited given to one cause (node_namespace_pod:procdelta_cpu_stalled_throttled_"
+            "nanos:rate5m, ..._cpu_waiting_own_threads_nanos:rate5m, ..._cpu_stalled_"
+            "neighbours_nanos:rate5m, / 1e9). Elsewhere: thread-time, the parts of its run "
+            "delay each cause explains over the interval (..._run_delay_throttled_nanos:rate5m, "
+            f"and so on). {FINDINGS}",
         ),
         panel(
             "Throttled share of CPU periods",
@@ -404,8 +418,8 @@ def workload_panels() -> list[dict]:
             "percentunit",
             [(per_workload("cpu_wait_neighbours:ratio_rate5m"), WORKLOADS)],
             "namespace_workload:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
-            "workload's run delay that other groups holding its nodes' CPUs explain, over "
-            f"run delay + on-CPU, summed over its pods (5m). {FINDINGS}",
+            "time its pods had work in which they waited while other groups held their nodes' "
+            f"CPUs, summed over its pods (5m). {FINDINGS}",
             width=8,
         ),
         panel(
@@ -442,9 +456,13 @@ def neighbour_panels() -> list[dict]:
             "short",
         ),
         panel(
-            "Node saturation: runnable threads per CPU",
+            "Node saturation: pods waiting for each other, runnable threads per CPU",
             "percentunit",
             [
+                (
+                    f"node:procdelta_cpu_wait_neighbours:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
+                    "{{node}} pods waiting for neighbours",
+                ),
                 (
                     f"node:procdelta_cpu_saturation:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
                     "{{node}} runnable threads per CPU",
@@ -458,9 +476,12 @@ def neighbour_panels() -> list[dict]:
             "runnable threads per CPU (node:procdelta_runnable_threads:rate5m, on-CPU plus "
             "run delay per second of every group procdelta sees on the node, over "
             "procdelta_node_cpus, its online CPUs): above 100%, more threads want a CPU than "
-            "the node has; and node:procdelta_cpu_starvation:ratio_rate5m, the share of the "
-            "node's runnable time spent waiting. ProcdeltaNodeCPUSaturated fires on the two "
-            f"together. {FINDINGS}",
+            "the node has, its own quotas' throttled threads included; "
+            "node:procdelta_cpu_starvation:ratio_rate5m, the share of the node's runnable "
+            "time spent waiting; and node:procdelta_cpu_wait_neighbours:ratio_rate5m, the "
+            "share of the time its pods had work in which they waited for each other (their "
+            "own limits and threads excluded). ProcdeltaNodeCPUSaturated fires on its starved "
+            f"pods (node:procdelta_pods_cpu_starved:count). {FINDINGS}",
         ),
     ]
 

@@ -75,15 +75,16 @@ CGROUP_FIELDS = (
     "io_pressure_waiting_nanos", "io_pressure_stalled_nanos",
 )  # fmt: skip
 """docs/reference.md §7."""
-RUN_DELAY_PARTS = (
-    "run_delay_throttled_nanos", "run_delay_own_threads_nanos", "run_delay_neighbours_nanos",
+WAIT_CAUSES = (
+    "cpu_stalled_throttled_nanos", "cpu_waiting_own_threads_nanos", "cpu_stalled_neighbours_nanos",
 )  # fmt: skip
-"""The run delay's parts: its own quota, its own threads, its neighbours (present where a
-group has both a process interval and a cgroup delta)."""
+"""Why a pod waited, from its cgroup's CPU pressure (wall time): its own quota, its own
+threads, its neighbours. The fleet's nodes have cgroup PSI, so no group there has the
+interval's split of its run delay (`run_delay_*`), the basis of nodes without."""
 BANDWIDTH_FIELDS = frozenset({"cpu_periods", "cpu_throttled_periods", "cpu_throttled_nanos"})
 """Only groups under a CPU quota have these."""
 
-GROUP_FIELDS = PROCESS_FIELDS + CGROUP_FIELDS + RUN_DELAY_PARTS
+GROUP_FIELDS = PROCESS_FIELDS + CGROUP_FIELDS + WAIT_CAUSES
 FOOTPRINT = ("processes", "threads", "rss_bytes")
 HELP = "Synthetic page of tests/rulecost.py"
 
@@ -214,6 +215,7 @@ def _pod_group(rng: random.Random, labels: str, qos: str) -> Group:
         cores = max(cores, 0.2)
         on_cpu = cores * 1e9
     run_delay = on_cpu * delay_share
+    waiting = min(0.95e9, run_delay * 0.8)  # wall time some task waited (PSI `some`)
     processes = rng.randint(1, 6)
     cgroup_cpu = on_cpu * (2.5 if profile == "short_lived" else 1.02)
     rates = {
@@ -229,15 +231,17 @@ def _pod_group(rng: random.Random, labels: str, qos: str) -> Group:
         "read_bytes": rng.choice([0.0, 4096.0, 1e5, 5e6]),
         "write_bytes": rng.choice([0.0, 8192.0, 2e5, 1e7]),
         "cgroup_cpu_nanos": cgroup_cpu,
-        "cpu_pressure_waiting_nanos": min(0.95e9, run_delay * 0.8),
-        "cpu_pressure_stalled_nanos": min(0.5e9, run_delay * 0.3),
+        "cpu_pressure_waiting_nanos": waiting,
+        "cpu_pressure_stalled_nanos": waiting * (parts[0] + parts[2]) / sum(parts),
         "memory_pressure_waiting_nanos": rng.choice([0.0, 0.0, 1e5, 2e7]),
         "memory_pressure_stalled_nanos": 0.0,
         "io_pressure_waiting_nanos": rng.choice([0.0, 1e5, 1e6, 5e7]),
         "io_pressure_stalled_nanos": rng.choice([0.0, 1e5]),
-        "run_delay_throttled_nanos": run_delay * parts[0],
-        "run_delay_own_threads_nanos": run_delay * parts[1],
-        "run_delay_neighbours_nanos": run_delay * parts[2],
+        # each moment some task waited to one cause: its quota, its own threads, the rest
+        **{
+            cause: waiting * part / sum(parts)
+            for cause, part in zip(WAIT_CAUSES, parts, strict=True)
+        },
     }
     if quota:
         periods = 10 * min(1.0, 0.05 + cores * 4)

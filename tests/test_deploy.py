@@ -94,6 +94,7 @@ RULE_TESTS = [
     RULES.with_name("procdelta.rules.test.yml"),
     RULES.with_name("procdelta.workload.rules.test.yml"),
     RULES.with_name("procdelta.causes.rules.test.yml"),
+    RULES.with_name("procdelta.pages.rules.test.yml"),
 ]
 
 
@@ -180,14 +181,15 @@ def test_dashboard_json_is_the_generators_output():
                    "Context switches", "Processes and threads",
                    "Pass duration", "Dropped deltas", "Throttled share of CPU periods",
                    "CPU wait by cause, per pod", "CPU wait: own CPU limit",
-                   "CPU wait: own threads", "CPU wait: neighbours", "Run delay by cause",
+                   "CPU wait: own threads", "CPU wait: neighbours", "Waiting by cause",
                    "Coverage: on-CPU seen by the sums / the cgroup's CPU",
                    "Pressure (PSI some): share of time some task waited",
                    "Sources the nodes provide",
                    "Workloads: pods affected, starvation, throttled share, cores",
                    "Workload pods starved and throttled (share of its pods)",
                    "Neighbours: cores used per pod on the selected pods' nodes",
-                   "Node saturation: runnable threads per CPU"):  # fmt: skip
+                   "Node saturation: pods waiting for each other, runnable threads per CPU",
+                   ):  # fmt: skip
         assert wanted in titles
 
 

@@ -476,6 +476,7 @@ def test_dashboard_configmap_is_the_dashboard():
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "procdelta.rules.test.yml"
 WORKLOAD_RULE_TESTS = RULE_TESTS.with_name("procdelta.workload.rules.test.yml")
 CAUSES_RULE_TESTS = RULE_TESTS.with_name("procdelta.causes.rules.test.yml")
+PAGES_RULE_TESTS = RULE_TESTS.with_name("procdelta.pages.rules.test.yml")
 
 
 def rule_file(values: dict, path: Path) -> Path:
@@ -496,11 +497,11 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
 
 def test_prometheus_rule_passes_the_rule_tests(tmp_path):
     """The chart's groups with default values, through `promtool check` and every case of
-    deploy/prometheus/procdelta{,.workload,.causes}.rules.test.yml."""
+    deploy/prometheus/procdelta{,.workload,.causes,.pages}.rules.test.yml."""
     rules = rule_file({}, tmp_path / "procdelta.rules.yml")
     result = promtool("check", "rules", str(rules))
     assert result.returncode == 0, result.stdout + result.stderr
-    for tests in (RULE_TESTS, WORKLOAD_RULE_TESTS, CAUSES_RULE_TESTS):
+    for tests in (RULE_TESTS, WORKLOAD_RULE_TESTS, CAUSES_RULE_TESTS, PAGES_RULE_TESTS):
         (tmp_path / tests.name).write_text(tests.read_text())
         result = promtool("test", "rules", str(tmp_path / tests.name))
         assert result.returncode == 0, result.stdout + result.stderr
@@ -521,13 +522,13 @@ def test_alert_thresholds_are_values(tmp_path):
     the fixtures' starved pod (its neighbours' share 0.5 from the first minute) fires sooner
     and louder under a lower threshold, not at all under a higher one, nor the throttled pod
     (its quota's share 0.9, every period throttled) under higher shares; the stalled node
-    (last pass 10 minutes ago) and the down target (job procdelta) raise nothing under a
-    longer stall and another job."""
+    (last pass 10 minutes ago, 15 s intervals) and the down target (job procdelta) raise
+    nothing under a longer stall and another job."""
     values = {
         "job": "procdelta-nodes",
         "alerts": {
             "podCPUStarved": {"neighboursShare": 0.4, "for": "5m", "severity": "critical"},
-            "passesStalled": {"seconds": 1200},
+            "passesStalled": {"intervals": 50},
         },
     }
     rules = rule_file(values, tmp_path / "moved.rules.yml")
@@ -547,7 +548,7 @@ def test_alert_thresholds_are_values(tmp_path):
     starved["alert_rule_test"] = [{**firing, "eval_time": "10m"}]
     health = cases["collector health alerts"]
     health["alert_rule_test"] = [
-        # stalled for 10 minutes is under the 20 minutes set
+        # stalled for 10 minutes is under the 50 intervals of 15 s set
         {"alertname": "ProcdeltaPassesStalled", "eval_time": "10m", "exp_alerts": []},
         # up{job="procdelta"} is no longer the job the alerts watch
         {"alertname": "ProcdeltaTargetDown", "eval_time": "10m", "exp_alerts": []},
@@ -680,8 +681,8 @@ def test_pod_and_workload_alerts_turn_off_independently(tmp_path):
 
 def test_workload_thresholds_are_values(tmp_path):
     """A higher share of pods spares the fixtures' DaemonSet (one starved pod of four, 25%),
-    which the default (any starved pod) raises; the Deployment (two of three) fires, after
-    the `for` and with the severity given."""
+    which the default (more than a fifth of its pods) raises; the Deployment (two of three)
+    fires, after the `for` and with the severity given."""
     rules = rule_file(
         {"alerts": {"workloadCPUStarved": {"podShare": 0.5, "for": "5m", "severity": "page"}}},
         tmp_path / "moved.rules.yml",
@@ -696,7 +697,7 @@ def test_workload_thresholds_are_values(tmp_path):
     web["exp_labels"]["severity"] = "page"
     web["exp_annotations"]["description"] = moved(
         web["exp_annotations"]["description"],
-        "threshold above 0% of its pods, for 15m",
+        "threshold above 20% of its pods, for 15m",
         "threshold above 50% of its pods, for 5m",
     )
     # web alone, already at 10 minutes, and still alone at 20

@@ -106,7 +106,8 @@ metricRelabelings:
 
 {{/*
 The one command that runs `procdelta top` on a pod, in procdelta's pod on that pod's node,
-given (dict "root" <the chart's context> "node" <node> "pod" <namespace/name>): the alerts
+given (dict "root" <the chart's context> "node" <node> "pod" <namespace/name>; without
+"pod", the node's processes; "sort": a field to sort by): the alerts
 give Prometheus' templates of their labels, NOTES.txt placeholders. It reads procdelta's
 /processes where that is served without a web configuration; otherwise top runs its own
 passes on the host's /proc, whose paths the container's environment gives every command.
@@ -116,7 +117,9 @@ passes on the host's /proc, whose paths the container's environment gives every 
 kubectl -n {{ $namespace }} exec -it "$(kubectl -n {{ $namespace }} get pod -l {{ include "procdelta.selector" .root }} --field-selector spec.nodeName={{ .node }} -o name)" -- procdelta top
 {{- with .root.Values }}
 {{- if and .processes.enabled (not .procdelta.webConfig.secretName) }} --from http://127.0.0.1:{{ .service.port }}{{ end }}
-{{- end }} --pod {{ .pod }}
+{{- end }}
+{{- with .pod }} --pod {{ . }}{{ end }}
+{{- with .sort }} --sort {{ . }}{{ end }}
 {{- end }}
 
 {{/* The DaemonSet's pod selector as a `kubectl -l` argument. */}}
@@ -134,20 +137,75 @@ kubectl -n {{ $namespace }} exec -it "$(kubectl -n {{ $namespace }} get pod -l {
 {{- end }}
 
 {{/*
+The time a pod had work, over which each cause of its wait is a share
+(docs/findings.md#why-a-pod-waits-three-causes), on the kernel's moment-by-moment basis:
+wall time in which none of its tasks ran though one was runnable (CPU pressure `full`), plus
+its CPU time, at most the wall time. Exact for one thread; for several, more than the time
+any of them ran (thread-time counts each), so a share over it is never more than the truth.
+Given the per-pod expression of a rate (dict "rate" <printf format with one %s: the field>).
+*/}}
+{{- define "procdelta.activeWall" -}}
+clamp_max({{ printf .rate "cpu_pressure_stalled_nanos" }} + {{ printf .rate "cgroup_cpu_nanos" }}, 1e9)
+{{- end }}
+
+{{/*
+A cause's share of a pod's wait, given (dict "stall" <its field on the kernel's basis, wall
+time> "delay" <its field on the interval's basis, thread-time>): on the kernel's basis
+where the pod has it, over the time it had work (procdelta.activeWall); else its part of the
+run delay over its runnable thread-time. No series for an idle pod (0/0).
+*/}}
+{{- define "procdelta.causeShare" -}}
+{{- $rate := "node_namespace_pod:procdelta_%s:rate5m" -}}
+  node_namespace_pod:procdelta_{{ .stall }}:rate5m
+/
+  ({{ include "procdelta.activeWall" (dict "rate" $rate) }} > 0)
+or
+  node_namespace_pod:procdelta_{{ .delay }}:rate5m
+/
+  (node_namespace_pod:procdelta_run_delay_nanos:rate5m + node_namespace_pod:procdelta_on_cpu_nanos:rate5m > 0)
+{{- end }}
+
+{{/*
+The neighbours' part of pods' waits over the time they had work, summed over a set of pods,
+given (dict "sum" <printf format with one %s: a per-pod expression summed over the set>):
+on the kernel's basis where the set's pods have it, else the interval's (where a set mixes
+the two, nodes with and without cgroup CPU pressure, the kernel's pods alone).
+*/}}
+{{- define "procdelta.neighboursOfSums" -}}
+{{- $rate := "node_namespace_pod:procdelta_%s:rate5m" -}}
+  {{ printf .sum "node_namespace_pod:procdelta_cpu_stalled_neighbours_nanos:rate5m" }}
+/
+  ({{ printf .sum (include "procdelta.activeWall" (dict "rate" $rate)) }} > 0)
+or
+  {{ printf .sum "node_namespace_pod:procdelta_run_delay_neighbours_nanos:rate5m" }}
+/
+  ({{ printf .sum "node_namespace_pod:procdelta_run_delay_nanos:rate5m" }} + {{ printf .sum "node_namespace_pod:procdelta_on_cpu_nanos:rate5m" }} > 0)
+{{- end }}
+
+{{/*
+The cores a pod used: its cgroup's CPU (every task, exited ones included), else what its
+processes' sums saw.
+*/}}
+{{- define "procdelta.podCores" -}}
+(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m or node_namespace_pod:procdelta_on_cpu_nanos:rate5m)
+{{- end }}
+
+{{/*
 The rules' pod conditions, each given (dict "c" <cluster label> "v" <the alert's values>).
-A starved pod: the share of its runnable time its neighbours explain (the run delay split
-on the node, docs/reference.md §7) above a threshold, while it uses some CPU; its value is
-that share. Its own limit and its own threads never count here.
+A starved pod: the share of the time it had work in which its neighbours held the CPUs (the
+causes taken on the node, docs/reference.md §7) above a threshold, while it uses some CPU
+(its cgroup's: a pod of short processes counts); its value is that share. Its own limit and
+its own threads never count here.
 */}}
 {{- define "procdelta.starvedPods" -}}
   node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m > {{ .v.neighboursShare }}
 and
-  node_namespace_pod:procdelta_on_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
+  {{ include "procdelta.podCores" . }} > {{ .v.minCores }} * 1e9
 {{- end }}
 
 {{/*
-A throttled pod: the share of its runnable time its own CPU quotas explain, or the share of
-its CFS periods throttled (kube-prometheus' CPUThrottlingHigh), above a threshold. The
+A throttled pod: the share of the time it had work its own CPU quotas explain, or the share
+of its CFS periods throttled (kube-prometheus' CPUThrottlingHigh), above a threshold. The
 first is not diluted by a sidecar's periods; its value is the first where both hold.
 */}}
 {{- define "procdelta.throttledPods" -}}
