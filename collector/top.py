@@ -702,7 +702,7 @@ def group_lines(group: Mapping[str, Any]) -> list[str]:
     stalled = [group.get(name) for name in KERNEL_CAUSES]
     if all(part is not None for part in stalled):
         lines.append(f"  run delay {short_time(run_delay)}")
-        lines.append(_causes_line("waited (wall time)", stalled))
+        lines.append(_causes_line("wall wait", stalled))
         return lines
     split = [group.get(name) for name in INTERVAL_CAUSES]
     if run_delay <= 0:

@@ -1,18 +1,19 @@
 """Why a pod waits, on the kernel: real pods in real cgroups, `procdelta serve` beside them
-and a real Prometheus evaluating the shipped rules, one phase per shape of wait.
+and a real Prometheus evaluating the shipped rules, one phase per shape of wait. The pods'
+causes come from their cgroups' CPU pressure (the kernel's moment-by-moment basis, which
+this project's hosts have): each test asserts that basis first.
 
 1. Held by their own limits, beside a neighbour using half a CPU (so that "a neighbour
    was busy" is not enough to blame it): a pod at its quota with a kubelet-shaped pod
    whose main container is at its limit beside two lively sidecars (a pod-level quota too,
    as kubelet sets it when every container has a limit); then a pod throttled in about a
-   third of its periods (alone with the neighbour: beside the other two, their bursts at
-   each period's start hold both CPUs, and a part of its wait is theirs indeed). Each
-   raises the throttled alert, none the starved one.
-2. Alone with more busy threads than the node's CPUs: its own threads' wait, never its
-   neighbours'.
-3. Crowded by a busier neighbour with a larger request (kubelet's cpu.shares from the
-   requests: with equal weights a one-thread pod beside a four-thread pod keeps a whole
-   CPU): starved, the alert naming its node and the neighbour.
+   third of its periods. Each raises the throttled alert, none the starved one.
+2. Behind its own threads: alone with more busy threads than the node's CPUs; three busy
+   threads pinned to one CPU (an exclusive cpuset) beside a neighbour busy on the other;
+   two pods burning in opposite halves of every second. Never its neighbours' wait.
+3. Starved: a one-thread victim pinned to the CPU of a hog with a larger request (kubelet's
+   cpu.shares from the requests); a CI-like pod of 300 ms processes on a hog's CPU. Each
+   raises the starved alert, and the node pages once, naming the hog.
 
 Needs root, the v1 `cpu` controller beside the v2 tree (this project's hosts) and Debian's
 `prometheus`; a missing one fails the test, it does not skip.
@@ -139,13 +140,49 @@ def alerts(prometheus: Prometheus, name: str) -> dict[str, dict]:
 WAIT = "node_namespace_pod:procdelta_cpu_wait_{}:ratio_rate5m"
 
 
+def on_the_kernels_basis(prometheus: Prometheus, pods: set[str]) -> None:
+    """The pods' causes come from their cgroups' CPU pressure, not the interval's split."""
+    stalled = per_pod(
+        prometheus, "node_namespace_pod:procdelta_cpu_stalled_neighbours_nanos:rate5m"
+    )
+    split = per_pod(prometheus, "node_namespace_pod:procdelta_run_delay_neighbours_nanos:rate5m")
+    assert pods <= set(stalled) and not pods & set(split), (stalled, split)
+
+
+def node_pages(prometheus: Prometheus) -> list[dict]:
+    """The node's page, pending or firing."""
+    answer = json.loads(http_get(f"{prometheus.url}/api/v1/alerts"))
+    return [
+        a
+        for a in answer["data"]["alerts"]
+        if a["labels"]["alertname"] == "ProcdeltaNodeCPUSaturated"
+        and a["labels"].get("node") == NODE
+    ]
+
+
+def shares_of(prometheus: Prometheus) -> dict[str, dict[str, float]]:
+    found = {cause: per_pod(prometheus, WAIT.format(cause)) for cause in CAUSES}
+    found["cores"] = {
+        pod: v / 1e9
+        for pod, v in per_pod(
+            prometheus, "node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m"
+        ).items()
+    }
+    for name, values in found.items():
+        print(name, {pod: round(value, 3) for pod, value in values.items()})
+    return found
+
+
+CAUSES = ("neighbours", "throttled", "own_threads")
+
+
 NEIGHBOUR = Pod("neighbour", 500, [Container(("--duty", "5:10"))])
 """Half a CPU, in 5 ms bursts: a neighbour that is busy, not one that holds the CPUs."""
 
 
 def limited_beside_a_neighbour(tmp_path: Path, limited: list[Pod]) -> dict[str, dict]:
     """Run `limited` beside NEIGHBOUR until each raises the throttled alert; then none of
-    them has the starved one. Their recorded shares, by rule."""
+    them has the starved one, and the node does not page. Their recorded shares, by rule."""
     names = {pod.name for pod in limited}
     logs = tmp_path / "logs"
     with running([*limited, NEIGHBOUR], logs), observed(logs, tmp_path) as prometheus:
@@ -154,6 +191,7 @@ def limited_beside_a_neighbour(tmp_path: Path, limited: list[Pod]) -> dict[str, 
             60,
             f"the throttled alert pending for {sorted(names)}",
         )
+        on_the_kernels_basis(prometheus, names)
         shares = {
             "held": per_pod(prometheus, WAIT.format("throttled")),
             "neighbours": per_pod(prometheus, WAIT.format("neighbours")),
@@ -173,6 +211,7 @@ def limited_beside_a_neighbour(tmp_path: Path, limited: list[Pod]) -> dict[str, 
         for pod in names:
             assert shares["neighbours"][pod] < 0.25, pod
         assert not set(alerts(prometheus, "ProcdeltaPodCPUStarved")) & names
+        assert node_pages(prometheus) == []  # pods at their limits do not page the node
         return shares
 
 
@@ -210,45 +249,127 @@ def test_throttled_in_a_third_of_its_periods_beside_a_neighbour_at_half_a_cpu(tm
     assert 0.2 < shares["periods"]["a-third"] < 0.5
 
 
+def two_cpus() -> None:
+    """The layouts below place busy threads on CPUs 0 and 1 of a two-CPU node (CI's);
+    with more CPUs, the shapes would not be the ones tested."""
+    assert os.cpu_count() == 2, f"these shapes are laid out for 2 CPUs, not {os.cpu_count()}"
+
+
+def behind_its_own_threads(tmp_path: Path, pods: list[Pod], own: str | None) -> dict:
+    """Run `pods` until `own` raises the own-threads alert (with None, over the rules' full
+    windows); none of them is starved, and the node does not page. Their recorded shares."""
+    names = {pod.name for pod in pods}
+    logs = tmp_path / "logs"
+    with running(pods, logs), observed(logs, tmp_path) as prometheus:
+        if own is not None:
+            wait_until(
+                lambda: own in alerts(prometheus, "ProcdeltaPodCPUOwnThreads"),
+                60,
+                f"the own-threads alert pending for {own}",
+            )
+        on_the_kernels_basis(prometheus, names)
+        shares = shares_of(prometheus)
+        for pod in names:
+            assert shares["neighbours"][pod] < 0.1, pod
+        assert not set(alerts(prometheus, "ProcdeltaPodCPUStarved")) & names
+        assert node_pages(prometheus) == []
+        return shares
+
+
 def test_alone_with_more_busy_threads_than_cpus(tmp_path):
     cpus = os.cpu_count()
-    pods = [Pod("threads", 1000, [Container(("--busy", str(2 * cpus)))])]
-    with running(pods, tmp_path / "logs"), observed(tmp_path / "logs", tmp_path) as prometheus:
-        wait_until(
-            lambda: "threads" in alerts(prometheus, "ProcdeltaPodCPUOwnThreads"),
-            60,
-            "the own-threads alert pending",
-        )
-        own = per_pod(prometheus, WAIT.format("own_threads"))["threads"]
-        neighbours = per_pod(prometheus, WAIT.format("neighbours"))["threads"]
-        print(f"threads: own threads' {own:.3f}, neighbours' {neighbours:.3f}")
-        # twice as many busy threads as CPUs: about half of their runnable time queued,
-        # all but a sliver behind each other
-        assert 0.35 < own < 0.55 and neighbours < 0.1
-        assert "threads" not in alerts(prometheus, "ProcdeltaPodCPUStarved")
+    shares = behind_its_own_threads(
+        tmp_path, [Pod("threads", 1000, [Container(("--busy", str(2 * cpus)))])], "threads"
+    )
+    # twice as many busy threads as CPUs: some of them always wait while others run
+    assert shares["own_threads"]["threads"] > 0.9
 
 
-def test_crowded_by_a_busier_neighbour_with_a_larger_request(tmp_path):
+def test_pinned_behind_its_own_threads_beside_a_neighbour_on_the_other_cpu(tmp_path):
+    """Three busy threads that may use one CPU (an exclusive cpuset from the static CPU
+    manager, here their affinity), a neighbour busy on the other: one of the three always
+    runs, so it is never stalled whole, and its wait is its own threads' (an interval split
+    gave the neighbour 0.48 of its runnable time: the node had a CPU to spare on average)."""
+    two_cpus()
     pods = [
-        Pod("crowded", 100, [Container(("--busy", "1"))]),
-        Pod("hog", 2000, [Container(("--busy", "3"))]),
+        Pod("pinned", 1000, [Container(("--busy", "3", "--busy-cpus", "0,0,0"))]),
+        Pod("beside", 1000, [Container(("--busy", "1", "--busy-cpus", "1"))]),
     ]
-    with running(pods, tmp_path / "logs"), observed(tmp_path / "logs", tmp_path) as prometheus:
+    shares = behind_its_own_threads(tmp_path, pods, "pinned")
+    assert shares["own_threads"]["pinned"] > 0.8
+    assert 0.8 < shares["cores"]["pinned"] < 1.1 and 0.8 < shares["cores"]["beside"] < 1.1
+
+
+def test_two_pods_burning_in_turns_wait_behind_themselves(tmp_path):
+    """Three busy threads in the first half of every second, two in the second half, on two
+    CPUs: each pod waits only behind itself, in its own half (an interval split, seeing
+    each use a core on average on a busy node, blamed the other)."""
+    two_cpus()
+    pods = [
+        Pod("first-half", 1000, [Container(("--busy", "3", "--burst", "0:500"))]),
+        Pod("second-half", 1000, [Container(("--busy", "2", "--burst", "500:500"))]),
+    ]
+    shares = behind_its_own_threads(tmp_path, pods, None)
+    # the three wait behind each other in their half (the interpreter's lock keeps fewer
+    # of them runnable than three: measured 0.25 of the second); the two never
+    assert shares["own_threads"]["first-half"] > 0.1
+    assert shares["own_threads"]["second-half"] < 0.05
+
+
+def starved_beside_a_hog(tmp_path: Path, victim: Pod, hog: Pod) -> dict:
+    """Run `victim` beside `hog` until the victim's starved alert and its node's page are
+    pending: the page names the hog; the hog is not starved. Their recorded shares."""
+    pods = [victim, hog]
+    logs = tmp_path / "logs"
+    with running(pods, logs), observed(logs, tmp_path) as prometheus:
         wait_until(
-            lambda: "crowded" in alerts(prometheus, "ProcdeltaPodCPUStarved"),
+            lambda: (
+                victim.name in alerts(prometheus, "ProcdeltaPodCPUStarved")
+                and node_pages(prometheus)
+            ),
             60,
-            "the starved alert pending for the crowded pod",
+            f"the starved alert and the node's page pending for {victim.name}",
         )
-        neighbours = per_pod(prometheus, WAIT.format("neighbours"))
-        own = per_pod(prometheus, WAIT.format("own_threads"))
-        print(f"neighbours' {neighbours}, own threads' {own}")
-        assert neighbours["crowded"] > 0.5
-        # the hog waits too, but behind its own three threads on two CPUs
-        assert neighbours["hog"] < 0.25 and own["hog"] > neighbours["hog"]
-        assert "hog" not in alerts(prometheus, "ProcdeltaPodCPUStarved")
-        alert = alerts(prometheus, "ProcdeltaPodCPUStarved")["crowded"]
+        on_the_kernels_basis(prometheus, {victim.name, hog.name})
+        shares = shares_of(prometheus)
+        assert shares["neighbours"][victim.name] > 0.5
+        assert shares["neighbours"][hog.name] < 0.25
+        assert hog.name not in alerts(prometheus, "ProcdeltaPodCPUStarved")
+        alert = alerts(prometheus, "ProcdeltaPodCPUStarved")[victim.name]
         assert alert["labels"]["node"] == NODE
-        assert "e2e/hog" in alert["annotations"]["description"]
-        assert alert["annotations"]["runbook_url"].endswith(
-            "findings.md#starved-waiting-while-neighbours-hold-the-cpus"
-        )
+        assert f"e2e/{hog.name}" in alert["annotations"]["description"]
+        assert alert["annotations"]["runbook_url"].endswith("runbooks.md#procdeltapodcpustarved")
+        (page,) = node_pages(prometheus)
+        assert page["labels"]["severity"] == "critical"
+        description = page["annotations"]["description"]
+        print(description)
+        assert f"e2e/{victim.name}" in description.split("The CPUs were held by")[0]
+        assert f"e2e/{hog.name}" in description.split("The CPUs were held by")[1]
+        return shares
+
+
+def test_a_pinned_victim_of_a_hog(tmp_path):
+    """A one-thread pod pinned to the CPU where a hog with five times its request runs three
+    busy threads (kubelet's cpu.shares from the requests): it gets about a sixth of the CPU,
+    and none of its tasks runs for the rest."""
+    two_cpus()
+    shares = starved_beside_a_hog(
+        tmp_path,
+        Pod("victim", 200, [Container(("--busy", "1", "--busy-cpus", "0"))]),
+        Pod("hog", 1000, [Container(("--busy", "3", "--busy-cpus", "0,0,0"))]),
+    )
+    assert 0.1 < shares["cores"]["victim"] < 0.3
+
+
+def test_a_pod_of_short_processes_on_a_hogs_cpu(tmp_path):
+    """A CI-like pod whose work is 300 ms processes, one after another, on the CPU of a
+    two-thread hog with five times its request: its cgroup (every child, exited ones
+    included) uses more than the 0.1-core floor and waits most of the time; it is found
+    starved, on its cgroup's account."""
+    two_cpus()
+    shares = starved_beside_a_hog(
+        tmp_path,
+        Pod("ci", 200, [Container(("--children", "300", "--cpu", "0"))]),
+        Pod("hog", 1000, [Container(("--busy", "2", "--busy-cpus", "0,0"))]),
+    )
+    assert 0.1 < shares["cores"]["ci"] < 0.3

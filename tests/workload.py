@@ -2,7 +2,7 @@
 
     python workload.py --busy 4 --sleepers 2 [--idle N] [--churn DIR] [--cpu N]
                        [--busy-cpus N,N,...] [--storage FILE:BYTES] [--duty RUN_MS:EVERY_MS]
-                       [--name-threads]
+                       [--burst START_MS:RUN_MS] [--children RUN_MS] [--name-threads]
 
 Busy threads hash a 1 MiB buffer (hashlib releases the GIL, so they really run in
 parallel); sleeper threads sleep 1 ms in a loop and count their sleeps; idle threads
@@ -10,7 +10,11 @@ block; with --duty a thread runs RUN_MS of CPU time, then sleeps until EVERY_MS 
 time since it began have passed (it wants RUN_MS/EVERY_MS of a CPU); with --churn a thread
 keeps starting short-lived threads and children and writing to a file in DIR; with --cpu
 every thread runs on that CPU only; with --busy-cpus the i-th busy thread runs on the i-th
-CPU listed only (the scheduler's balancing then decides nothing about them); with --storage
+CPU listed only (the scheduler's balancing then decides nothing about them); with --burst
+the busy threads run only from START_MS to START_MS + RUN_MS of every second of wall time
+(two workloads with windows apart burn in turns); with --children a thread keeps starting
+child processes one after the other, each busy for RUN_MS of its own CPU time before it
+exits (a pod whose work is short processes); with --storage
 a thread (not the leader) writes BYTES to FILE with fsync, drops the file's pages from the
 page cache and reads it back, so that storage really moved both ways, before "ready"; the
 thread then blocks. With
@@ -38,12 +42,31 @@ sleeps = [0]
 stop = threading.Event()
 
 
-def busy(cpu: int | None = None) -> None:
+def busy(cpu: int | None = None, window: tuple[float, float] | None = None) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})  # 0: the calling thread, not the whole process
     buffer = os.urandom(1 << 20)
     while not stop.is_set():
+        if window is not None:
+            start_ms, run_ms = window
+            into = (time.time() * 1000 - start_ms) % 1000  # ms into this second's window
+            if into >= run_ms:
+                stop.wait((1000 - into) / 1000)
+                continue
         hashlib.sha256(buffer).digest()
+
+
+def children(run_ms: float) -> None:
+    """Child processes one after the other, each busy `run_ms` of its own CPU time."""
+    buffer = os.urandom(1 << 16)
+    while not stop.is_set():
+        pid = os.fork()
+        if pid == 0:
+            until = time.process_time() + run_ms / 1000
+            while time.process_time() < until:
+                hashlib.sha256(buffer).digest()
+            os._exit(0)
+        os.waitpid(pid, 0)
 
 
 def sleeper(index: int) -> None:
@@ -154,6 +177,10 @@ def main() -> None:
     parser.add_argument(
         "--busy-cpus", metavar="N,N,...", help="the i-th busy thread on the i-th CPU only"
     )
+    parser.add_argument(
+        "--burst", metavar="START_MS:RUN_MS", help="busy threads run in this window of a second"
+    )
+    parser.add_argument("--children", type=float, metavar="RUN_MS", help="busy children")
     parser.add_argument("--storage", metavar="FILE:BYTES", help="write, then read from storage")
     parser.add_argument("--name-threads", action="store_true", help="busy-N, sleeper-N, idle-N")
     args = parser.parse_args()
@@ -163,7 +190,8 @@ def main() -> None:
     cpus = [int(n) for n in args.busy_cpus.split(",")] if args.busy_cpus else []
     if cpus and len(cpus) != args.busy:
         parser.error(f"--busy-cpus lists {len(cpus)} CPUs for {args.busy} busy threads")
-    targets = [(f"busy-{i}", busy, (cpus[i],) if cpus else ()) for i in range(args.busy)]
+    window = tuple(float(n) for n in args.burst.split(":")) if args.burst else None
+    targets = [(f"busy-{i}", busy, (cpus[i] if cpus else None, window)) for i in range(args.busy)]
     targets += [(f"sleeper-{i}", sleeper, (i,)) for i in range(args.sleepers)]
     targets += [(f"idle-{i}", idle, ()) for i in range(args.idle)]
     threads = [
@@ -177,6 +205,8 @@ def main() -> None:
         threads.append(threading.Thread(target=duty, args=(run_ms, every_ms), daemon=True))
     if args.churn:
         threads.append(threading.Thread(target=churn, args=(args.churn,), daemon=True))
+    if args.children:
+        threads.append(threading.Thread(target=children, args=(args.children,), daemon=True))
     for thread in threads:
         thread.start()
     if args.storage:
