@@ -105,7 +105,14 @@ def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
     except _Fell:
         return None
     waiting, stalled = cpu
-    causes = (None,) * 3 if stalled is None else split_cpu_stall(waiting, stalled, throttled_wall)
+    # the quota's part needs the bandwidth counters of both readings or of neither (none:
+    # no quota of its own in this hierarchy); counters that appeared or went: no causes
+    known = (new.bandwidth is None) == (old.bandwidth is None)
+    causes = (
+        split_cpu_stall(waiting, stalled, throttled_wall)
+        if stalled is not None and known
+        else (None,) * 3
+    )
     return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io, *causes)
 
 

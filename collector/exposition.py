@@ -81,9 +81,9 @@ _FIELD_HELP = {
     "io_pressure_waiting_nanos": "Time some tasks of the cgroup stalled on I/O (PSI some)",
     "io_pressure_stalled_nanos": "Time all tasks of the cgroup stalled on I/O (PSI full)",
     # why it waited, on the node (collector/waits.py): from CPU pressure, wall time ...
-    "cpu_stalled_throttled_nanos": "Wall time none of its tasks ran, held by its CPU quotas (ns)",
-    "cpu_stalled_neighbours_nanos": "Wall time none of its tasks ran, others holding its CPUs (ns)",
-    "cpu_waiting_own_threads_nanos": "Wall time some of its tasks waited while another ran (ns)",
+    "cpu_stalled_throttled_nanos": "Time its tasks waited, held by its CPU quotas (PSI full, ns)",
+    "cpu_stalled_neighbours_nanos": "Time its tasks waited behind other groups' (PSI full, ns)",
+    "cpu_waiting_own_threads_nanos": "Time its tasks waited behind its own (PSI some - full, ns)",
     # ... or, without it, its run delay split on the interval's averages, thread-time
     "run_delay_throttled_nanos": "Run delay its own CPU quotas explain (ns)",
     "run_delay_own_threads_nanos": "Run delay queued behind its own threads, beyond the CPUs (ns)",

@@ -7,13 +7,15 @@ the CPUs it may use; other groups held those CPUs. Two bases tell them apart.
 
 **The kernel's moment-by-moment account** (`split_cpu_stall`), where the group's cgroup
 has CPU pressure with a `full` line (cgroup v2, and the v2 tree of a hybrid host; Linux
-5.13+). Its `full` total is the wall time in which none of the group's runnable tasks
-had a CPU, its `some` total the wall time in which at least one waited; both count every
-task that ran in the cgroup, exited ones included. A throttled group's tasks all wait:
-its quota's part of `full` is the wall time its quotas throttled it (`throttled_wall_ns`,
-at most `full`); the rest of `full` is its neighbours'. `some` beyond `full` is time in
-which some of its tasks waited while another of its own ran: its own threads'. These
-three are wall time.
+5.13+). The kernel keeps it per CPU (kernel/sched/psi.c): a CPU is in the group's
+`some` state while a task of the group waits there, and in its `full` state while a task
+of the group waits there and none of the group's runs there; each CPU's time in a state is
+weighted by the time the group had work on it, and the totals are that average, in wall
+time. Both count every task that ran in the cgroup, exited ones included. So `full` is
+time its tasks waited behind others' (or throttled: a throttled group runs nowhere): its
+quota's part is the wall time its quotas throttled it (`throttled_wall_ns`, at most
+`full`), the rest its neighbours'. `some` beyond `full` is time its tasks waited on a CPU
+where another of its own ran: its own threads'.
 
 **The interval's averages** (`split_run_delay`), where the cgroup has no such line: its
 run delay (schedstat, thread-time, over the processes that lived through the interval)
@@ -23,7 +25,7 @@ neighbours (what is left, at most the CPU time the rest of the node used). A gro
 in bursts, or allowed fewer CPUs than the node has, shows part of its own threads' wait
 as its neighbours' here: the kernel's account has no such error.
 
-A group's causes are on one basis or the other, never both: the exported fields say
+A group's causes are on one basis or the other in a pass, never both: the exported fields say
 which (`cpu_stalled_*`, `cpu_waiting_own_threads_nanos`: wall time;
 `run_delay_*`: thread-time).
 """

@@ -264,7 +264,7 @@ def cpu_panels() -> list[dict]:
             "percentunit",
             [(per_pod("cpu_wait_own_threads:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_wait_own_threads:ratio_rate5m: the part of the "
-            "pod's wait spent queued behind its own threads (some of its tasks waited while "
+            "pod's wait spent queued behind its own threads (its tasks waited on a CPU where "
             f"another of its own ran), {CAUSES} (cpu_waiting_own_threads_nanos, "
             "run_delay_own_threads_nanos): more runnable threads than the CPUs it may use, "
             f"neighbours or not: ProcdeltaPodCPUOwnThreads fires on this part. {FINDINGS}",
@@ -275,8 +275,8 @@ def cpu_panels() -> list[dict]:
             "percentunit",
             [(per_pod("cpu_wait_neighbours:ratio_rate5m"), PODS)],
             "node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
-            "pod's wait explained by other groups holding the CPUs it could use (none of its "
-            f"tasks ran), {CAUSES} (cpu_stalled_neighbours_nanos, "
+            "pod's wait explained by other groups holding the CPUs it could use (its tasks "
+            f"waited behind theirs), {CAUSES} (cpu_stalled_neighbours_nanos, "
             "run_delay_neighbours_nanos). ProcdeltaPodCPUStarved fires on this part, and "
             "ProcdeltaNodeCPUSaturated on the pods it finds on a node; the neighbours row "
             f"below ranks who ran on the pod's node. {FINDINGS}",

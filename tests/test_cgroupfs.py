@@ -11,7 +11,7 @@ import pytest
 from collector.cgroupfs import CgroupFS, Location, detect
 from collector.cgroupguard import CgroupTracker
 from collector.groups import PodRef
-from collector.model import WHOLE_READ_PASSES, CgroupReading
+from collector.model import WHOLE_READ_PASSES, CgroupReading, Malformed
 from tests.cgroupfixture import LAYOUTS, MAIN, CgroupReads, CgroupTree, psi, v1_stat, v2_stat
 
 
@@ -207,6 +207,33 @@ def test_a_quota_is_read_where_a_period_was_throttled_and_carried_elsewhere(tmp_
     _write(pod / "c1" / "cpu.stat", v2_stat(400, 14, 4, 700))
     (pod / "c1" / "cpu.max").write_text("garbage\n")  # unreadable now: no quota, no error
     assert fs.read_group(locations, second).bandwidth[1].quota_ns is None
+
+
+def test_a_cgroup_made_anew_with_the_same_throttled_count_has_its_quota_read(tmp_path):
+    """The quota is carried only for the same cgroup (inode): one made anew under the same
+    path, throttled as often as the old one was, has its own read."""
+    from collector.model import Bandwidth
+
+    fs, pod = _pod(tmp_path, v2_stat(100, 10, 2, 500), {})
+    (pod / "cpu.max").write_text("20000 100000\n")
+    ((_, locations),) = fs.pods(False).items()
+    reading = fs.read_group(locations)
+    (own,) = reading.bandwidth
+    old = Bandwidth(b"", own.inode + 1, own.periods, own.throttled_periods, own.throttled_ns,
+                    90_000_000, 100_000_000)  # fmt: skip
+    again = fs.read_group(locations, reading._replace(bandwidth=(old,), usage_ns=None))
+    assert again.bandwidth[0].quota_ns == 20_000_000
+
+
+def test_no_quota_is_none():
+    from collector.parse import parse_cfs_quota, parse_cpu_max
+
+    assert parse_cpu_max(b"max 100000\n") == (None, 100000)
+    assert parse_cpu_max(b"20000 100000\n") == (20000, 100000)
+    assert parse_cfs_quota(b"-1\n") is None and parse_cfs_quota(b"150000\n") == 150000
+    for bad in (b"max\n", b"-5 100000\n", b"20000 x\n"):
+        with pytest.raises(Malformed):
+            parse_cpu_max(bad)
 
 
 def test_a_v1_quota_is_read_from_its_two_files(tmp_path):

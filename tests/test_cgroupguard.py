@@ -213,3 +213,40 @@ def test_throttled_time_over_several_cpus_is_taken_out_of_full_as_wall_time():
     assert delta.cpu_stalled_throttled_nanos == 1_500_000_000
     assert delta.cpu_stalled_neighbours_nanos == 200_000_000
     assert delta.cpu_waiting_own_threads_nanos == 1_300_000_000
+
+
+def test_a_container_made_since_the_last_pass_counts_its_throttled_wall_time_whole():
+    """A container cgroup made within the interval, throttled at once across two CPUs under
+    its 1-CPU quota: its throttled time counts whole, and as wall time by its own quota
+    (3 s of run-queue time, 1.5 s of wall), not as the run-queue time."""
+    tracker = CgroupTracker()
+    pod = quota(b"", 7, 0, 0, 400)
+    tracker.advance({POD: reading(usage=0, bandwidth=(pod,), cpu=Pressure(0, 0))})
+    now = reading(
+        usage=3 * S,
+        bandwidth=(pod, quota(b"/c1", 8, 30, 3 * S, 100)),
+        cpu=Pressure(2_000_000, 1_600_000),
+    )
+    delta = tracker.advance({POD: now}).deltas[POD]
+    assert delta.cpu_throttled_nanos == 3 * S
+    assert delta.cpu_stalled_throttled_nanos == 1_500_000_000
+    assert delta.cpu_stalled_neighbours_nanos == 100_000_000
+
+
+def test_bandwidth_counters_that_appear_give_no_causes_that_pass():
+    """Throttling unknown in one of two readings: no part of `full` is called the
+    neighbours' for want of it; with counters in neither (no quota of its own), none is
+    its quota's."""
+    tracker = CgroupTracker()
+    tracker.advance({POD: reading(usage=0, cpu=Pressure(0, 0))})
+    appeared = reading(usage=S, bandwidth=(quota(b"", 7, 10, S, 20),), cpu=Pressure(9000, 8000))
+    delta = tracker.advance({POD: appeared}).deltas[POD]
+    assert delta.cpu_pressure_stalled_nanos == 8_000_000
+    assert delta.cpu_stalled_neighbours_nanos is None and delta.cpu_stalled_throttled_nanos is None
+    tracker = CgroupTracker()
+    tracker.advance({POD: reading(usage=0, cpu=Pressure(0, 0))})
+    delta = tracker.advance({POD: reading(usage=S, cpu=Pressure(9000, 8000))}).deltas[POD]
+    assert (delta.cpu_stalled_throttled_nanos, delta.cpu_stalled_neighbours_nanos) == (
+        0,
+        8_000_000,
+    )

@@ -154,12 +154,15 @@ def test_throttled_wall_time_is_within_its_bounds(periods, throttled, quota, per
         ("at its quota", 0.8, 0.8, 0.8, (0.8, 0, 0)),
         # the quota's wall time over several CPUs, estimated past `full`: capped
         ("estimate past full", 0.9, 0.5, 0.6, (0.5, 0, 0.4)),
+        # µs truncation can leave `full` a hair above `some`: no negative own part
+        ("full past some", 0.5, 0.500001, 0, (0, 0.500001, 0)),
     ],
 )
 def test_split_cpu_stall(case, some, full, throttled_wall, expected):
     got = split_cpu_stall(round(some * S), round(full * S), round(throttled_wall * S))
     assert got == tuple(round(e * S) for e in expected), case
     assert sum(got) == max(round(some * S), round(full * S))  # every moment to one cause
+    assert min(got) >= 0
 
 
 def test_with_waits_splits_the_interval_only_where_the_kernel_gave_no_causes():

@@ -139,9 +139,9 @@ kubectl -n {{ $namespace }} exec -it "$(kubectl -n {{ $namespace }} get pod -l {
 {{/*
 The time a pod had work, over which each cause of its wait is a share
 (docs/findings.md#why-a-pod-waits-three-causes), on the kernel's moment-by-moment basis:
-wall time in which none of its tasks ran though one was runnable (CPU pressure `full`), plus
-its CPU time, at most the wall time. Exact for one thread; for several, more than the time
-any of them ran (thread-time counts each), so a share over it is never more than the truth.
+the time its tasks waited behind other groups' or throttled (CPU pressure `full`, per CPU,
+averaged), plus its CPU time, at most the wall time. Exact for one thread; for several,
+their CPU counts each, so a share over it is never more than the truth.
 Given the per-pod expression of a rate (dict "rate" <printf format with one %s: the field>).
 */}}
 {{- define "procdelta.activeWall" -}}
