@@ -612,9 +612,32 @@ def serve(
     serving.start()
     stop.wait()
     log.info("stopping")
+    watchdog = threading.Timer(STOP_SECONDS, _stuck_stopping)
+    watchdog.daemon = True
+    watchdog.start()
     server.shutdown()
     server.server_close()
     loop.stop(timeout=0.5)
+    watchdog.cancel()
+    # Nothing serve holds needs the interpreter's own finalization (which joins every
+    # worker thread left): its logs flushed, it is done.
+    logging.shutdown()
+    os._exit(0)
+
+
+STOP_SECONDS = 5.0
+"""How long `serve` may take to stop once asked (the kubelet's grace period is 30 s)."""
+
+
+def _stuck_stopping() -> None:
+    """`serve` did not stop within STOP_SECONDS: say so with every thread's stack (what
+    held it, for a bug report), and exit all the same."""
+    import faulthandler
+
+    log.error("stopping took over %.0f s: the threads' stacks follow; exiting", STOP_SECONDS)
+    logging.shutdown()
+    faulthandler.dump_traceback(all_threads=True)
+    os._exit(1)
 
 
 @cli.command()

@@ -236,6 +236,26 @@ def test_signals_stop_it_cleanly(signum):
         request(port, "/healthz")
 
 
+def test_a_stop_that_hangs_is_said_with_every_threads_stack_and_ends():
+    """Past STOP_SECONDS of stopping, serve says so at error level, dumps every thread's
+    stack (what held it) and exits 1, rather than hang until the kubelet kills it."""
+    code = (
+        "import threading, time\n"
+        "from collector import cli, logs\n"
+        "logs.configure('info', 'logfmt')\n"
+        "cli.STOP_SECONDS = 0.2\n"
+        "t = threading.Timer(cli.STOP_SECONDS, cli._stuck_stopping)\n"
+        "t.start()\n"
+        "time.sleep(30)  # a stop that never ends\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20
+    )
+    assert result.returncode == 1
+    assert "level=error" in result.stderr and "stopping took over" in result.stderr
+    assert "time.sleep(30)" in result.stderr or "<string>" in result.stderr  # the stacks
+
+
 def run_serve(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "collector", "serve", *args],
