@@ -205,9 +205,11 @@ class CgroupFS:
         root: str = "/sys/fs/cgroup",
         pressure: bool = True,
         whole_read_passes: int | None = WHOLE_READ_PASSES,
+        cpu_pressure_only: bool = False,
     ):
         self.root = root
         self.pressure = pressure
+        self.cpu_pressure_only = cpu_pressure_only  # memory and I/O pressure left unread
         # K (collector/model.py); None only where a test looks at one shortcut alone
         self.whole_read_passes = whole_read_passes
         self.hierarchies = detect(root)
@@ -560,6 +562,12 @@ class CgroupFS:
             cpu_moved, memory_moved, io_moved = stalled
         same = previous is not None and v2.ident in previous.identity
         cpu, memory, io = previous.pressure if same else _NO_PSI
+        if self.cpu_pressure_only:
+            return (
+                _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu,
+                None,
+                None,
+            )
         return (
             _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu,
             _parsed(memory_file, _psi_totals, at) if memory_moved or memory is None else memory,

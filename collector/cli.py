@@ -102,6 +102,14 @@ def shared_options(command: Callable) -> Callable:
             show_default=True,
             help="Read the cgroups' PSI files (cgroup v2), where the node has them.",
         ),
+        _option(
+            "--collector.cgroup.pressure.cpu-only",
+            "cpu_pressure_only",
+            is_flag=True,
+            default=False,
+            help="Of the PSI files, read the CPU one alone (why a pod waited needs it); "
+            "leave memory and I/O pressure out (four series a pod fewer).",
+        ),
     )
     @cloup.option_group(
         "Export",
@@ -162,6 +170,7 @@ def shared_options(command: Callable) -> Callable:
         cgroupfs,
         cgroup,
         pressure,
+        cpu_pressure_only,
         interval_gauges,
         totals,
         per_container,
@@ -178,16 +187,17 @@ def shared_options(command: Callable) -> Callable:
                 "field at all: keep one of them"
             )
         options = Options(
-            procfs,
-            pod_logs,
-            container_logs,
-            per_container,
-            pods_only,
-            cgroupfs,
-            cgroup,
-            pressure,
-            interval_gauges,
-            totals,
+            procfs=procfs,
+            pod_logs=pod_logs,
+            container_logs=container_logs,
+            per_container=per_container,
+            pods_only=pods_only,
+            cgroupfs=cgroupfs,
+            cgroup=cgroup,
+            pressure=pressure,
+            interval_gauges=interval_gauges,
+            totals=totals,
+            cpu_pressure_only=cpu_pressure_only,
         )
         return command(options, **kw)
 

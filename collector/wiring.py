@@ -40,6 +40,7 @@ class Options:
     skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
     # K (collector/model.py); None, no whole reads, only to measure what the bound costs
     whole_read_passes: int | None = WHOLE_READ_PASSES
+    cpu_pressure_only: bool = False  # of the PSI files, the CPU one alone
 
     @property
     def shapes(self) -> Shapes:
@@ -63,7 +64,12 @@ def build_engine(
     tracker = Tracker(hz)
     names = PodNames(options.pod_logs, options.container_logs)
     cgroupfs = (
-        CgroupFS(options.cgroupfs, pressure=options.pressure, whole_read_passes=every)
+        CgroupFS(
+            options.cgroupfs,
+            pressure=options.pressure,
+            whole_read_passes=every,
+            cpu_pressure_only=options.cpu_pressure_only,
+        )
         if options.cgroup
         else None
     )

@@ -105,6 +105,8 @@ def _series_per_group_by_the_reference(psi: bool) -> dict[str, int | Counter[int
     field of §7 (§5), the three footprint gauges; the pressure fields only where the node
     has PSI. With --per-container, per container (a container holding no process: its
     cgroup's fields only)."""
+    from collector.bench.sizes import FLEET
+
     fields = re.findall(r"^\| `(\w+)` \|", _reference_section(3), re.MULTILINE)
     cgroup = [
         name
@@ -134,6 +136,8 @@ def _series_per_group_by_the_reference(psi: bool) -> dict[str, int | Counter[int
         "--no-collector.cgroup": gauges + counters + len(footprint),
         "--no-collector.cgroup.pressure": default - 2 * (cg - without_pressure),
         "--per-container": Counter({default: 1, 2 * pause: 1}),  # app container, pause
+        # the fleet profile: the counters, and of the pressure fields the CPU ones
+        FLEET: counters + cg - (4 if psi else 0) + len(footprint),
     }
 
 

@@ -114,6 +114,7 @@ PER_GROUP = (
         (Shapes(), True, 50),
         (Shapes(), False, 38),
         (Shapes(interval_gauges=False), True, 26),
+        (Shapes(interval_gauges=False), "cpu", 22),  # the chart's fleet profile
         (Shapes(cgroup=False), True, 24),
         (Shapes(cgroup=False, interval_gauges=False), True, 13),
     ],
@@ -125,7 +126,8 @@ def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
     both. Every family is filled by some group of the fixture."""
     run = FixtureRun(cgroups=shapes.cgroup)
     if run.engine.cgroupfs is not None:
-        run.engine.cgroupfs.pressure = pressure
+        run.engine.cgroupfs.pressure = bool(pressure)
+        run.engine.cgroupfs.cpu_pressure_only = pressure == "cpu"
     loop = PassLoop(run.engine, interval=10.0, monotonic=lambda: 5.0, shapes=shapes)
     run_once(run.engine, 10.0, run.sleep, run_pass=loop.run_pass)
     families = [f for f in parse_text(loop.snapshot().text.decode()) if f.name in PER_GROUP]

@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 from collector.bench.serve import SERVED_WARMUP, Page, serve_process, until_passes
 from collector.bench.tables import pod_ids, pod_names
 
-# The switches whose page the bench weighs: the default, then each turned the other way
+# The switches whose page the bench weighs: the default, then each turned the other way,
+# then the chart's fleet profile (its two switches together)
+FLEET = "--no-export.interval-gauges --collector.cgroup.pressure.cpu-only"
 SWITCHES: tuple[str, ...] = (
     "--no-export.interval-gauges",
     "--no-export.totals",
     "--no-collector.cgroup",
     "--no-collector.cgroup.pressure",
     "--per-container",
+    FLEET,
 )
 
 
@@ -70,14 +73,14 @@ def page_sizes(
     """The page of a real `procdelta serve` over the pods of `pods_file` (named as kubelet
     names them: `pod_names`), as Prometheus fetches it, once `passes` passes completed
     (every shape of series is there from the second): with the default switches, then with
-    each of `switches` turned."""
+    each of `switches` turned (one of several, separated by spaces, turned together)."""
     uids = {uid for uid, _ in pod_ids(pods_file)}
     sizes = []
     with pod_names(pods_file) as (pod_logs, container_logs):
         names = ["--path.pod-logs", pod_logs, "--path.container-logs", container_logs]
         for switch in ("default", *switches):
             try:
-                args = [*names, *([] if switch == "default" else [switch])]
+                args = [*names, *([] if switch == "default" else switch.split())]
                 with serve_process(args) as (_, scraper):
                     sizes.append(page_size(until_passes(scraper, passes), switch, uids))
             except (RuntimeError, OSError, http.client.HTTPException) as error:
@@ -95,17 +98,18 @@ def echo_sizes(table: str, sizes: list[PageSize], echo: Callable[[str], None]) -
     echo("(OpenMetrics, gzip), with the default switches and with each one turned. series, bytes:")
     echo("the sample lines carrying one of the table's pod uids (per pod, and for 110 pods);")
     echo("groups: their label sets (with --per-container, one per container); page: all of it.")
+    width = max(31, *(len(size.switch) for size in sizes))
     echo(
-        f"{'switches':<31} {'series/pod':>10} {'bytes/pod':>9} {'series/110':>10} "
+        f"{'switches':<{width}} {'series/pod':>10} {'bytes/pod':>9} {'series/110':>10} "
         f"{'groups/pod':>10} {'series/group':>14} {'page bytes':>10} {'gzip bytes':>10}"
     )
     for size in sizes:
         if size.failed is not None:
-            echo(f"{size.switch:<31} {'failed':>10} (below)")
+            echo(f"{size.switch:<{width}} {'failed':>10} (below)")
             continue
         per_group = ",".join(str(n) for n in sorted(size.per_group, reverse=True))
         echo(
-            f"{size.switch:<31} {size.series / size.pods:10.1f} "
+            f"{size.switch:<{width}} {size.series / size.pods:10.1f} "
             f"{size.line_bytes / size.pods:9.0f} {size.series * 110 / size.pods:10.0f} "
             f"{size.groups / size.pods:10.1f} {per_group:>14} {size.page_bytes:>10} "
             f"{size.shipped_bytes:>10}"
