@@ -8,7 +8,8 @@ script renders it with Helm's own engine (helm-python-sdk, a test dependency) an
   (`helm.sh/chart`, `app.kubernetes.io/managed-by`) left out since Helm does not manage
   it; deploy/namespace.yaml and deploy/kustomization.yaml are kept by hand;
 - deploy/prometheus/procdelta.rules.yml: the PrometheusRule's groups with the default
-  thresholds, for a plain Prometheus's `rule_files:`;
+  thresholds, for a plain Prometheus's `rule_files:`, and procdelta.vmalert.rules.yml, the
+  same without `keep_firing_for`, for vmalert before 1.91;
 - in the chart: Chart.yaml's version and appVersion (pyproject.toml's version), the
   dashboard (a copy of grafana/procdelta.json, which grafana/dashboard.py writes) and
   the README's table of values (from the `# --` comments of values.yaml).
@@ -33,6 +34,7 @@ DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "procdelta"
 BASE_VALUES = DEPLOY / "helm" / "kustomize-base-values.yaml"
 RULES = DEPLOY / "prometheus" / "procdelta.rules.yml"
+VMALERT_RULES = DEPLOY / "prometheus" / "procdelta.vmalert.rules.yml"
 DASHBOARD = ROOT / "grafana" / "procdelta.json"
 RELEASE = NAMESPACE = "procdelta"
 HELM_BOOKKEEPING = re.compile(r"^\s*(helm\.sh/chart|app\.kubernetes\.io/managed-by): .*\n", re.M)
@@ -69,9 +71,11 @@ def kustomize_base() -> dict[Path, str]:
     }
 
 
-def rule_file() -> str:
-    """The PrometheusRule's spec as a rule file, its comments kept (cut out as text)."""
-    text = render({"prometheusRule": {"enabled": True}})["prometheusrule.yaml"]
+def rule_file(keep_firing_for: bool = True) -> str:
+    """The PrometheusRule's spec as a rule file, its comments kept (cut out as text); for
+    vmalert before 1.91 (`keep_firing_for` false), without the field it refuses."""
+    values = {"enabled": True, "keepFiringFor": keep_firing_for}
+    text = render({"prometheusRule": values})["prometheusrule.yaml"]
     spec = text[text.index("\nspec:\n") + len("\nspec:\n") :]
     lines = [line.removeprefix("  ") for line in spec.splitlines()]
     header = (
@@ -79,6 +83,13 @@ def rule_file() -> str:
         "# (the chart's PrometheusRule with its default thresholds). Ratios are formed here,\n"
         "# at query time, from the counters procdelta exports; it never exports a ratio.\n"
     )
+    if not keep_firing_for:
+        header = (
+            "# procdelta's recording and alerting rules for vmalert (`-rule=`) before 1.91,\n"
+            "# which refuses `keep_firing_for`: the chart's PrometheusRule with its default\n"
+            "# thresholds and prometheusRule.keepFiringFor=false. Newer vmalert, Thanos and\n"
+            "# Mimir rulers take procdelta.rules.yml.\n"
+        )
     source = "deploy/helm/procdelta/templates/prometheusrule.yaml"
     return GENERATED.format(source=source) + header + "\n".join(lines) + "\n"
 
@@ -165,10 +176,27 @@ def outputs() -> dict[Path, str]:
     return {
         **kustomize_base(),
         RULES: rule_file(),
+        VMALERT_RULES: rule_file(keep_firing_for=False),
         CHART / "Chart.yaml": chart_metadata(),
         CHART / "README.md": chart_readme(),
-        CHART / "dashboards" / "procdelta.json": DASHBOARD.read_text(),
+        CHART / "dashboards" / "procdelta.json": chart_dashboard(),
     }
+
+
+CLUSTER_PLACEHOLDER = "__CLUSTER_LABEL__"
+"""Where the chart's copy of the dashboard names the cluster label: its template puts
+`prometheusRule.clusterLabel` there."""
+
+
+def chart_dashboard() -> str:
+    """grafana/procdelta.json with its cluster label a placeholder (grafana/dashboard.py's
+    `with_cluster_label`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dashboard", ROOT / "grafana" / "dashboard.py")
+    dashboard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dashboard)
+    return dashboard.with_cluster_label(DASHBOARD.read_text(), CLUSTER_PLACEHOLDER)
 
 
 def stale() -> list[Path]:

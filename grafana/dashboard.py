@@ -10,15 +10,18 @@ every query over the project's rules.
 
 The variables are a chain, as kubernetes-mixin's: cluster -> namespace -> workload -> pod,
 each one's values filtered by those before it. Every "All" is the regex `.*`, which also
-matches a label that is absent (`cluster` on a single-cluster Prometheus). A per-pod panel
-reads the per-pod recording rules (`node_namespace_pod:procdelta_*`), never a `rate()` over
-every pod's counters, and keeps the pods of the selected workloads through the rules' pod ->
-workload map; the panels per node show the nodes of those pods.
+matches a label that is absent (`cluster` on a single-cluster Prometheus). The top rows
+read the few per-pod recording rules (cores, why it waited, throttled share); every other
+per-pod panel takes its `rate()`s at query time over the counters of the selected
+namespace's pods only (the selector carries `$namespace` and `$pod`), and keeps the pods of
+the selected workloads through the rules' pod -> workload map; the panels per node show the
+nodes of those pods.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,8 +34,34 @@ OWNERS = f'{OWNER}{{{WORKLOAD}, pod!=""}}'
 """The pods of the selected workloads, from the rules' pod -> workload map."""
 IN_WORKLOADS = f"and on (cluster, namespace, pod)\n{OWNERS}"
 """Keeps a per-pod series whose pod is one of the selected workloads'."""
-PODS = "{{namespace}}/{{pod}}"
-WORKLOADS = "{{workload_type}} {{namespace}}/{{workload}}"
+PODS = "{{cluster}} {{namespace}}/{{pod}}"
+"""A pod in a legend, its cluster first (empty where the label is absent)."""
+WORKLOADS = "{{cluster}} {{workload_type}} {{namespace}}/{{workload}}"
+
+
+def cause(name: str) -> str:
+    """One cause's share of the time each selected pod had work (the recorded causes)."""
+    ratio = f'node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{{cause="{name}", {POD}}}'
+    return f"sum without (cause) (\n{ratio}\n)\n{IN_WORKLOADS}"
+
+
+def pod_rate(field: str) -> str:
+    """A counter's rate per selected pod, taken at query time over their series alone."""
+    return (
+        f"sum by (cluster, node, namespace, pod) "
+        f"(rate(procdelta_{field}_total{{{POD}}}[$__rate_interval]))"
+    )
+
+
+def raw(field: str, scale: str = "") -> str:
+    """`pod_rate` for the selected pods of the selected workloads, divided if given."""
+    divided = f" / {scale}" if scale else ""
+    return f"{pod_rate(field)}{divided}\n{IN_WORKLOADS}"
+
+
+def raw_ratio(numerator: str, denominator: str) -> str:
+    """numerator / denominator per selected pod, no series where the second is 0."""
+    return f"{pod_rate(numerator)}\n/\n({denominator} > 0)\n{IN_WORKLOADS}"
 
 
 def per_pod(record: str, scale: str = "") -> str:
@@ -46,10 +75,7 @@ def waited(stall: str, delay: str) -> str:
     """A cause's seconds of waiting per second, per pod, on the basis the pod has it: its
     `stall` field (wall time, from cgroup CPU pressure), else its `delay` field (its run
     delay's part, thread-time)."""
-    either = (
-        f"node_namespace_pod:procdelta_{stall}_nanos:rate5m{{{POD}}}\n"
-        f"or\nnode_namespace_pod:procdelta_{delay}_nanos:rate5m{{{POD}}}"
-    )
+    either = f"{pod_rate(stall + '_nanos')}\nor\n{pod_rate(delay + '_nanos')}"
     return f"(\n{either}\n) / 1e9\n{IN_WORKLOADS}"
 
 
@@ -58,17 +84,44 @@ def per_workload(record: str, scale: str = "") -> str:
     return f"namespace_workload:procdelta_{record}{{{WORKLOAD}}}{divided}"
 
 
+WORKLOAD_PODS = f"count by (cluster, namespace, workload, workload_type) (\n{OWNERS}\n)"
+"""The pods procdelta saw of each selected workload."""
+
+
+def workload_rate(field: str) -> str:
+    """A counter's rate summed over each selected workload's pods, at query time."""
+    per_pod_rate = (
+        f"sum by (cluster, namespace, pod) "
+        f'(rate(procdelta_{field}_total{{{CLUSTER}, namespace=~"$namespace", pod!=""}}'
+        f"[$__rate_interval]))"
+    )
+    return (
+        f"sum by (cluster, namespace, workload, workload_type) (\n{per_pod_rate}\n"
+        f"* on (cluster, namespace, pod) group_left (workload, workload_type)\n{OWNERS}\n)"
+    )
+
+
 # The nodes of the selected pods (of the selected workloads): where their neighbours ran.
-# A pod's cgroup CPU or its processes' on-CPU: a pod whose processes never outlive a pass
-# has the first alone, a node where procdelta reads no cgroups the second.
 NODES = (
     "group by (cluster, node) (\n"
-    f"  (\n    node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{POD}}}\n"
-    f"    or\n    node_namespace_pod:procdelta_on_cpu_nanos:rate5m{{{POD}}}\n  )\n"
+    f"  node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{POD}}}\n"
     f"  and on (cluster, namespace, pod)\n  {OWNERS}\n)"
 )
 ON_NODES = f"and on (cluster, node)\n{NODES}"
 """Keeps a per-node series whose node ran one of the selected pods."""
+
+
+NODE = f'{CLUSTER}, node=~"$node"'
+"""The selected nodes."""
+
+
+def node_rate(field: str) -> str:
+    """A counter's rate per selected node, over every group procdelta sees there."""
+    return f"sum by (cluster, node) (rate(procdelta_{field}_total{{{NODE}}}[$__rate_interval]))"
+
+
+RUNNABLE = f"({node_rate('on_cpu_nanos')}\n+ {node_rate('run_delay_nanos')})"
+"""On-CPU plus run delay per second: the threads on a CPU or waiting for one, per node."""
 
 
 def rate(metric: str) -> str:
@@ -171,7 +224,9 @@ def row(title: str) -> dict:
     return {"type": "row", "title": title, "collapsed": False, "panels": []}
 
 
-def variable(name: str, query: str, label: str) -> dict:
+def variable(name: str, query: str, label: str, first: bool = False) -> dict:
+    """A query variable; "All" by default, or (`first`) its first value: a big cluster's
+    panels then ask for one namespace's pods, or one node's, until the user widens them."""
     return {
         "name": name,
         "label": label,
@@ -183,7 +238,7 @@ def variable(name: str, query: str, label: str) -> dict:
         "includeAll": True,
         "multi": True,
         "allValue": ".*",
-        "current": {"text": "All", "value": "$__all"},
+        "current": {} if first else {"text": "All", "value": "$__all"},
         "sort": 1,
     }
 
@@ -219,14 +274,36 @@ CAUSES = (
 )
 
 
+STARVATION = raw_ratio(
+    "run_delay_nanos", f"{pod_rate('run_delay_nanos')} + {pod_rate('on_cpu_nanos')}"
+)
+"""Run delay / (run delay + on-CPU) per selected pod, whatever the cause."""
+WORKLOAD_STARVATION = (
+    f"{workload_rate('run_delay_nanos')}\n/\n"
+    f"({workload_rate('run_delay_nanos')}\n+ {workload_rate('on_cpu_nanos')} > 0)"
+)
+WORKLOAD_THROTTLED = (
+    f"{workload_rate('cpu_throttled_periods')}\n/\n({workload_rate('cpu_periods')} > 0)"
+)
+
+
+def pods_of(finding: str) -> str:
+    """How many of each selected workload's pods a pod finding covers (its recorded share
+    times its pods)."""
+    share = f"namespace_workload:procdelta_pods_cpu_{finding}:ratio{{{WORKLOAD}}}"
+    return (
+        f"round(\n{share}\n* on (cluster, namespace, workload, workload_type)\n{WORKLOAD_PODS}\n)"
+    )
+
+
 def cpu_panels() -> list[dict]:
     return [
         row("CPU: starvation and its three causes (per pod)"),
         panel(
             "CPU starvation",
             "percentunit",
-            [(per_pod("cpu_starvation:ratio_rate5m"), PODS)],
-            "node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m: the share of the pod's "
+            [(STARVATION, PODS)],
+            "The share of the pod's "
             "runnable time its threads spent waiting for a CPU, run delay / (run delay + "
             "on-CPU), whatever the cause (thread-time, its long-lived processes). The three "
             "panels below say why, each a share of the time the pod had work. No series: an "
@@ -235,12 +312,12 @@ def cpu_panels() -> list[dict]:
         instant_table(
             "CPU wait by cause, per pod",
             [
-                (per_pod("cpu_starvation:ratio_rate5m"), "starvation", "percentunit"),
-                (per_pod("cpu_wait_throttled:ratio_rate5m"), "own CPU limit", "percentunit"),
-                (per_pod("cpu_wait_own_threads:ratio_rate5m"), "own threads", "percentunit"),
-                (per_pod("cpu_wait_neighbours:ratio_rate5m"), "neighbours", "percentunit"),
+                (STARVATION, "starvation", "percentunit"),
+                (cause("throttled"), "own CPU limit", "percentunit"),
+                (cause("own_threads"), "own threads", "percentunit"),
+                (cause("neighbours"), "neighbours", "percentunit"),
                 (per_pod("cpu_throttled_periods:ratio_rate5m"), "throttled share", "percentunit"),
-                (per_pod("on_cpu_nanos:rate5m", "1e9"), "cores", "short"),
+                (per_pod("cgroup_cpu_nanos:rate5m", "1e9"), "cores", "short"),
             ],
             "One row per pod, at the end of the time range: its starvation, the shares of "
             "the time it had work its own CPU limit, its own threads and its neighbours "
@@ -251,8 +328,9 @@ def cpu_panels() -> list[dict]:
         panel(
             "CPU wait: own CPU limit",
             "percentunit",
-            [(per_pod("cpu_wait_throttled:ratio_rate5m"), PODS)],
-            "node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m: the part of the "
+            [(cause("throttled"), PODS)],
+            'node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="throttled"}: the part '
+            "of the "
             "pod's wait that its own CPU quotas explain, "
             f"{CAUSES} (cpu_stalled_throttled_nanos, run_delay_throttled_nanos). The pod "
             "waits for its own limit, not for the node: ProcdeltaPodCPUThrottled fires on "
@@ -262,8 +340,9 @@ def cpu_panels() -> list[dict]:
         panel(
             "CPU wait: own threads",
             "percentunit",
-            [(per_pod("cpu_wait_own_threads:ratio_rate5m"), PODS)],
-            "node_namespace_pod:procdelta_cpu_wait_own_threads:ratio_rate5m: the part of the "
+            [(cause("own_threads"), PODS)],
+            'node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="own_threads"}: the part '
+            "of the "
             "pod's wait spent queued behind its own threads (its tasks waited on a CPU where "
             f"another of its own ran), {CAUSES} (cpu_waiting_own_threads_nanos, "
             "run_delay_own_threads_nanos): more runnable threads than the CPUs it may use, "
@@ -273,8 +352,9 @@ def cpu_panels() -> list[dict]:
         panel(
             "CPU wait: neighbours",
             "percentunit",
-            [(per_pod("cpu_wait_neighbours:ratio_rate5m"), PODS)],
-            "node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
+            [(cause("neighbours"), PODS)],
+            'node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="neighbours"}: the part '
+            "of the "
             "pod's wait explained by other groups holding the CPUs it could use (its tasks "
             f"waited behind theirs), {CAUSES} (cpu_stalled_neighbours_nanos, "
             "run_delay_neighbours_nanos). ProcdeltaPodCPUStarved fires on this part, and "
@@ -295,11 +375,11 @@ def cpu_panels() -> list[dict]:
             ],
             "Seconds per second the pod waited, by cause, on the basis procdelta took its wait "
             "on. Where its cgroup has CPU pressure: wall time, each moment some task of it "
-            "waited given to one cause (node_namespace_pod:procdelta_cpu_stalled_throttled_"
-            "nanos:rate5m, ..._cpu_waiting_own_threads_nanos:rate5m, ..._cpu_stalled_"
-            "neighbours_nanos:rate5m, / 1e9). Elsewhere: thread-time, the parts of its run "
-            "delay each cause explains over the interval (..._run_delay_throttled_nanos:rate5m, "
-            f"and so on). {FINDINGS}",
+            "waited given to one cause (procdelta_cpu_stalled_throttled_nanos_total, "
+            "procdelta_cpu_waiting_own_threads_nanos_total, "
+            "procdelta_cpu_stalled_neighbours_nanos_total, their rates / 1e9). Elsewhere: "
+            "thread-time, the parts of its run delay each cause explains over the interval "
+            f"(procdelta_run_delay_throttled_nanos_total and so on). {FINDINGS}",
         ),
         panel(
             "Throttled share of CPU periods",
@@ -315,23 +395,23 @@ def cpu_panels() -> list[dict]:
         panel(
             "Cores used",
             "short",
-            [(per_pod("on_cpu_nanos:rate5m", "1e9"), PODS)],
+            [(raw("on_cpu_nanos", "1e9"), PODS)],
             "On-CPU seconds per second of the pod's processes "
-            "(node_namespace_pod:procdelta_on_cpu_nanos:rate5m / 1e9).",
+            "(rate(procdelta_on_cpu_nanos_total) / 1e9).",
         ),
         panel(
             "Run delay",
             "short",
-            [(per_pod("run_delay_nanos:rate5m", "1e9"), PODS)],
+            [(raw("run_delay_nanos", "1e9"), PODS)],
             "Seconds spent runnable but waiting for a CPU, per second, summed over threads "
-            "(node_namespace_pod:procdelta_run_delay_nanos:rate5m / 1e9).",
+            "(rate(procdelta_run_delay_nanos_total) / 1e9).",
         ),
         panel(
             "Context switches",
             "ops",
             [
-                (per_pod("voluntary_switches:rate5m"), PODS + " voluntary"),
-                (per_pod("nonvoluntary_switches:rate5m"), PODS + " involuntary"),
+                (raw("voluntary_switches"), PODS + " voluntary"),
+                (raw("nonvoluntary_switches"), PODS + " involuntary"),
             ],
             "Per second, summed over threads: voluntary (the thread blocked) and involuntary "
             "(the scheduler took its CPU).",
@@ -340,7 +420,7 @@ def cpu_panels() -> list[dict]:
             "Cores used: sums and cgroup",
             "short",
             [
-                (per_pod("on_cpu_nanos:rate5m", "1e9"), PODS + " processes seen"),
+                (raw("on_cpu_nanos", "1e9"), PODS + " processes seen"),
                 (per_pod("cgroup_cpu_nanos:rate5m", "1e9"), PODS + " cgroup"),
             ],
             "CPU seconds per second: the per-process sums, and the pod's cgroup (every task, "
@@ -349,8 +429,8 @@ def cpu_panels() -> list[dict]:
         panel(
             "Coverage: on-CPU seen by the sums / the cgroup's CPU",
             "percentunit",
-            [(per_pod("cpu_coverage:ratio_rate5m"), PODS)],
-            "node_namespace_pod:procdelta_cpu_coverage:ratio_rate5m: the share of the pod's "
+            [(raw_ratio("on_cpu_nanos", pod_rate("cgroup_cpu_nanos")), PODS)],
+            "Coverage: the share of the pod's "
             "CPU (every task, exited ones included) that its per-process sums saw. Low: most "
             "of its CPU went to processes that lived less than a pass; their run delay and "
             "switches are not in the other panels.",
@@ -359,9 +439,9 @@ def cpu_panels() -> list[dict]:
             "Pressure (PSI some): share of time some task waited",
             "percentunit",
             [
-                (per_pod("cpu_pressure_waiting_nanos:rate5m", "1e9"), PODS + " cpu"),
-                (per_pod("memory_pressure_waiting_nanos:rate5m", "1e9"), PODS + " memory"),
-                (per_pod("io_pressure_waiting_nanos:rate5m", "1e9"), PODS + " io"),
+                (raw("cpu_pressure_waiting_nanos", "1e9"), PODS + " cpu"),
+                (raw("memory_pressure_waiting_nanos", "1e9"), PODS + " memory"),
+                (raw("io_pressure_waiting_nanos", "1e9"), PODS + " io"),
             ],
             "cgroup v2 only: the share of wall time in which at least one of the pod's tasks "
             "waited for a CPU, stalled on memory, or stalled on I/O.",
@@ -375,16 +455,12 @@ def workload_panels() -> list[dict]:
         instant_table(
             "Workloads: pods affected, starvation, throttled share, cores",
             [
-                (per_workload("pods:count"), "pods", "none"),
-                (per_workload("pods_cpu_starved:count"), "pods starved", "none"),
-                (per_workload("pods_cpu_throttled:count"), "pods throttled", "none"),
-                (per_workload("cpu_starvation:ratio_rate5m"), "starvation", "percentunit"),
-                (
-                    per_workload("cpu_throttled_periods:ratio_rate5m"),
-                    "throttled share",
-                    "percentunit",
-                ),
-                (per_workload("on_cpu_nanos:rate5m", "1e9"), "cores", "short"),
+                (WORKLOAD_PODS, "pods", "none"),
+                (pods_of("starved"), "pods starved", "none"),
+                (pods_of("throttled"), "pods throttled", "none"),
+                (WORKLOAD_STARVATION, "starvation", "percentunit"),
+                (WORKLOAD_THROTTLED, "throttled share", "percentunit"),
+                (f"{workload_rate('cgroup_cpu_nanos')} / 1e9", "cores", "short"),
             ],
             "One row per workload (kind, namespace/name), at the end of the time range: the "
             "pods procdelta saw, how many of them are starved (ProcdeltaPodCPUStarved's "
@@ -408,26 +484,17 @@ def workload_panels() -> list[dict]:
         panel(
             "Workload CPU starvation",
             "percentunit",
-            [(per_workload("cpu_starvation:ratio_rate5m"), WORKLOADS)],
-            "namespace_workload:procdelta_cpu_starvation:ratio_rate5m: run delay over run "
+            [(WORKLOAD_STARVATION, WORKLOADS)],
+            "Run delay over run "
             "delay + on-CPU, summed over the workload's pods (5m), whatever the cause.",
-            width=8,
-        ),
-        panel(
-            "Workload CPU wait: neighbours",
-            "percentunit",
-            [(per_workload("cpu_wait_neighbours:ratio_rate5m"), WORKLOADS)],
-            "namespace_workload:procdelta_cpu_wait_neighbours:ratio_rate5m: the part of the "
-            "time its pods had work in which they waited while other groups held their nodes' "
-            f"CPUs, summed over its pods (5m). {FINDINGS}",
             width=8,
         ),
         panel(
             "Workload cores used: sums and cgroups",
             "short",
             [
-                (per_workload("on_cpu_nanos:rate5m", "1e9"), WORKLOADS),
-                (per_workload("cgroup_cpu_nanos:rate5m", "1e9"), WORKLOADS + " cgroup"),
+                (f"{workload_rate('on_cpu_nanos')} / 1e9", WORKLOADS),
+                (f"{workload_rate('cgroup_cpu_nanos')} / 1e9", WORKLOADS + " cgroup"),
             ],
             "On-CPU of the workload's processes, and its pods' cgroups' CPU (5m).",
             width=8,
@@ -443,8 +510,8 @@ def neighbour_panels() -> list[dict]:
         table(
             "Neighbours: cores used per pod on the selected pods' nodes",
             [
-                (f"{neighbours}\n{ON_NODES}", "{{node}} " + PODS),
-                (f"{outside}\n{ON_NODES}", "{{node}} processes outside pods"),
+                (f"{neighbours}\n{ON_NODES}", "{{cluster}} {{node}} " + PODS),
+                (f"{outside}\n{ON_NODES}", "{{cluster}} {{node}} processes outside pods"),
             ],
             "Every pod on the nodes where the selected pods (of the selected workloads) ran, "
             "ranked by the cores its cgroup used over the time range "
@@ -456,32 +523,30 @@ def neighbour_panels() -> list[dict]:
             "short",
         ),
         panel(
-            "Node saturation: pods waiting for each other, runnable threads per CPU",
-            "percentunit",
+            "Node saturation: starved pods, runnable threads per CPU",
+            "short",
             [
                 (
-                    f"node:procdelta_cpu_wait_neighbours:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
-                    "{{node}} pods waiting for neighbours",
+                    f"node:procdelta_pods_cpu_starved:count{{{NODE}}}\n{ON_NODES}",
+                    "{{cluster}} {{node}} starved pods",
                 ),
                 (
-                    f"node:procdelta_cpu_saturation:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
-                    "{{node}} runnable threads per CPU",
+                    f"{RUNNABLE} / 1e9\n/ on (cluster, node)\n"
+                    f"(max by (cluster, node) (procdelta_node_cpus{{{NODE}}}) > 0)\n{ON_NODES}",
+                    "{{cluster}} {{node}} runnable threads per CPU",
                 ),
                 (
-                    f"node:procdelta_cpu_starvation:ratio_rate5m{{{CLUSTER}}}\n{ON_NODES}",
-                    "{{node}} starvation",
+                    f"{node_rate('run_delay_nanos')}\n/\n({RUNNABLE} > 0)\n{ON_NODES}",
+                    "{{cluster}} {{node}} starvation",
                 ),
             ],
-            "For the nodes of the selected pods: node:procdelta_cpu_saturation:ratio_rate5m, "
-            "runnable threads per CPU (node:procdelta_runnable_threads:rate5m, on-CPU plus "
-            "run delay per second of every group procdelta sees on the node, over "
-            "procdelta_node_cpus, its online CPUs): above 100%, more threads want a CPU than "
-            "the node has, its own quotas' throttled threads included; "
-            "node:procdelta_cpu_starvation:ratio_rate5m, the share of the node's runnable "
-            "time spent waiting; and node:procdelta_cpu_wait_neighbours:ratio_rate5m, the "
-            "share of the time its pods had work in which they waited for each other (their "
-            "own limits and threads excluded). ProcdeltaNodeCPUSaturated fires on its starved "
-            f"pods (node:procdelta_pods_cpu_starved:count). {FINDINGS}",
+            "For the selected nodes ($node) where the selected pods ran: the pods starved "
+            "there (node:procdelta_pods_cpu_starved:count, ProcdeltaPodCPUStarved's "
+            "condition), what ProcdeltaNodeCPUSaturated pages on; the runnable threads per "
+            "CPU (on-CPU plus run delay per second of every group procdelta sees on the node, "
+            "over procdelta_node_cpus: above 1, more threads want a CPU than the node has, "
+            "its pods' own quotas' throttled threads included); and the share of the node's "
+            f"runnable time spent waiting. {FINDINGS}",
         ),
     ]
 
@@ -496,8 +561,8 @@ def memory_panels() -> list[dict]:
             "Storage I/O",
             "Bps",
             [
-                (per_pod("read_bytes:rate5m"), PODS + " read"),
-                (per_pod("write_bytes:rate5m"), PODS + " write"),
+                (raw("read_bytes"), PODS + " read"),
+                (raw("write_bytes"), PODS + " write"),
             ],
             "Bytes really fetched from and sent to storage (not page-cache hits).",
             width=8,
@@ -535,7 +600,10 @@ def self_panels() -> list[dict]:
         panel(
             "Pass duration",
             "s",
-            [(quantile("0.5"), "{{node}} p50"), (quantile("0.99"), "{{node}} p99")],
+            [
+                (quantile("0.5"), "{{cluster}} {{node}} p50"),
+                (quantile("0.99"), "{{cluster}} {{node}} p99"),
+            ],
         ),
         panel(
             "Dropped deltas",
@@ -569,11 +637,11 @@ def self_panels() -> list[dict]:
                 (
                     f"sum by (cluster, node) (procdelta_tracked_processes{{{CLUSTER}}})\n"
                     f"{ON_NODES}",
-                    "{{node}} processes",
+                    "{{cluster}} {{node}} processes",
                 ),
                 (
                     f"sum by (cluster, node) (procdelta_tracked_threads{{{CLUSTER}}})\n{ON_NODES}",
-                    "{{node}} threads",
+                    "{{cluster}} {{node}} threads",
                 ),
             ],
         ),
@@ -583,7 +651,7 @@ def self_panels() -> list[dict]:
             [
                 (
                     f"sum by (cluster, node) ({rate('procdelta_passes_total')})\n{ON_NODES}",
-                    "{{node}}",
+                    "{{cluster}} {{node}}",
                 )
             ],
         ),
@@ -604,7 +672,13 @@ def variables() -> list[dict]:
         },
         variable("cluster", "label_values(procdelta_build_info, cluster)", "Cluster"),
         variable(
-            "namespace", f'label_values({OWNER}{{{CLUSTER}, pod!=""}}, namespace)', "Namespace"
+            "node", f"label_values(procdelta_build_info{{{CLUSTER}}}, node)", "Node", first=True
+        ),
+        variable(
+            "namespace",
+            f'label_values({OWNER}{{{CLUSTER}, pod!=""}}, namespace)',
+            "Namespace",
+            first=True,
         ),
         variable(
             "workload",
@@ -628,7 +702,7 @@ def dashboard() -> dict:
         "title": "procdelta: per-pod process counters",
         "description": "CPU starvation per pod and its three causes (its own CPU limit, its "
         "own threads, its neighbours), coverage, pressure, CPU, I/O and switches per pod and "
-        "per workload, from procdelta's recording rules.",
+        "per workload, from procdelta's counters and its recording rules.",
         "tags": ["procdelta", "kubernetes"],
         "editable": True,
         "graphTooltip": 1,
@@ -646,8 +720,30 @@ def render() -> str:
     return json.dumps(dashboard(), indent=2) + "\n"
 
 
+CLUSTER_LABEL = re.compile(r'(?<![$\w"])cluster(?==~|,|\))|(?<=\{\{)cluster(?=\}\})')
+"""Where the dashboard names the cluster label (never the `$cluster` variable): a chart's
+copy puts its `clusterLabel` there."""
+
+
+def with_cluster_label(text: str, label: str) -> str:
+    """The dashboard's JSON with the cluster label named `label`."""
+    return CLUSTER_LABEL.sub(label, text)
+
+
+USAGE = """usage: python grafana/dashboard.py [--check]
+
+Writes grafana/procdelta.json, procdelta's Grafana dashboard, from this script.
+  --check   write nothing; exit 1 if the committed JSON is not this script's output
+  --help    this text
+"""
+
+
 def main(argv: list[str]) -> int:
     out = Path(__file__).with_name("procdelta.json")
+    unknown = [arg for arg in argv if arg not in ("--check", "--help", "-h")]
+    if unknown or "--help" in argv or "-h" in argv:
+        (sys.stderr if unknown else sys.stdout).write(USAGE)
+        return 2 if unknown else 0
     if "--check" in argv:
         if not out.exists() or out.read_text() != render():
             sys.stderr.write(f"stale: {out} (run python grafana/dashboard.py)\n")

@@ -6,9 +6,9 @@ import shutil
 import subprocess
 
 
-def binary(name: str) -> str:
+def binary(name: str, package: str = "prometheus") -> str:
     path = shutil.which(name)
-    assert path, f"{name} not found: install Debian's prometheus package (.ci/run does)"
+    assert path, f"{name} not found: install Debian's {package} package (.ci/run does)"
     return path
 
 

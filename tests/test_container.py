@@ -55,7 +55,7 @@ from tests.containers import (
     ulimits,
 )
 from tests.net import free_port, http_get, wait_until
-from tests.test_end_to_end import Prometheus
+from tests.test_end_to_end import RULE_WINDOW, Prometheus
 from tests.test_helm import generate, only, render, rule_file
 
 MODES = ("host", "private")
@@ -629,13 +629,15 @@ def test_rules_find_the_neighbour_throttled_not_starved(prometheus, scene, mode)
     )
     assert len(share) == 1 and float(share[0]["value"][1]) > 0.5
     # its run delay alone would call it starved; its own limit explains the wait
-    starvation = server.query(
-        f"node_namespace_pod:procdelta_cpu_starvation:ratio_rate5m{{{selector}}}"
+    delay, on_cpu = (
+        f"sum(rate(procdelta_{field}_total{{{selector}}}[{RULE_WINDOW}]))"
+        for field in ("run_delay_nanos", "on_cpu_nanos")
     )
+    starvation = server.query(f"{delay} / ({delay} + {on_cpu})")
     assert len(starvation) == 1 and float(starvation[0]["value"][1]) > 0.25
     held = server.query(
-        f"node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m{{{selector}}}"
-    )  # the split, made in the image on the node, whichever cgroup namespace it runs in
+        f'node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{{cause="throttled",{selector}}}'
+    )  # the causes, taken in the image on the node, whichever cgroup namespace it runs in
     assert len(held) == 1 and float(held[0]["value"][1]) > 0.5
     assert not server.query(f'ALERTS{{alertname="ProcdeltaPodCPUStarved",{selector}}}')
 

@@ -92,15 +92,24 @@ def test_every_selector_of_pods_has_pod_set():
                 assert 'pod!=""' in labels, (title, metric, labels)
 
 
-def test_per_pod_panels_read_the_recording_rules():
-    """No panel takes a rate() of the per-group counters (one series per pod, per container,
-    per cgroup of every node): the per-pod rules have; only procdelta's own per-node counters
-    are taken a rate() of here."""
+def test_every_rate_asks_for_the_selected_pods_or_nodes_only():
+    """A panel takes a rate() of the per-group counters (one series per pod, per container,
+    per cgroup of every node) only over the selected namespace's pods or the selected nodes
+    (their selector carries `$namespace` or `$node`, which default to one), never over the
+    cluster's; procdelta's own per-node counters are taken a rate() of as they are."""
+    rates = re.compile(r"\b(?:rate|irate|increase)\(\s*([a-zA-Z_:][\w:]*)(\{[^{}]*\})?")
     for title, expr in EXPRESSIONS:
-        for metric in re.findall(r"\b(?:rate|irate|increase)\(\s*([a-zA-Z_:][\w:]*)", expr):
-            assert metric in SELF_COUNTERS, (title, metric)
+        for metric, labels in rates.findall(expr):
+            assert metric in SELF_COUNTERS or "$namespace" in labels or "$node" in labels, (
+                title,
+                metric,
+            )
         if "$pod" in expr:
-            assert "node_namespace_pod:" in expr or "procdelta_footprint_" in expr, title
+            assert (
+                "node_namespace_pod:" in expr
+                or "procdelta_footprint_" in expr
+                or ("$namespace" in expr)
+            ), title
 
 
 def variable_definitions() -> list[str]:
@@ -108,15 +117,24 @@ def variable_definitions() -> list[str]:
 
 
 def test_variables_are_a_chain():
-    """cluster -> namespace -> workload -> pod, each filtered by every one before it, each
-    "All" the regex `.*` (which matches an absent label too), and every query that reads
-    the selected pods keeps only those of the selected workloads."""
-    chain = [v for v in MODEL["templating"]["list"] if v["type"] == "query"]
-    assert [v["name"] for v in chain] == list(VARIABLES)
+    """cluster -> namespace -> workload -> pod, each filtered by every one before it, and a
+    node within the cluster; each "All" the regex `.*` (which matches an absent label too);
+    the namespace and the node at their first value until the user widens them (a big
+    cluster's panels ask for one namespace's pods, one node's). Every query that reads the
+    selected pods keeps only those of the selected workloads."""
+    found = [v for v in MODEL["templating"]["list"] if v["type"] == "query"]
+    assert [v["name"] for v in found] == list(VARIABLES)
+    chain = [v for v in found if v["name"] != "node"]
+    names = [v["name"] for v in chain]
     for position, variable in enumerate(chain):
         used = set(re.findall(r"\$(\w+)", variable["definition"]))
-        assert used == set(VARIABLES[:position]), variable["name"]
+        assert used == set(names[:position]), variable["name"]
+    (node,) = [v for v in found if v["name"] == "node"]
+    assert set(re.findall(r"\$(\w+)", node["definition"])) == {"cluster"}
+    for variable in found:
         assert variable["includeAll"] and variable["allValue"] == ".*"
+        first = variable["name"] in ("namespace", "node")
+        assert (variable["current"] == {}) == first, variable["name"]
     for title, expr in EXPRESSIONS:
         assert set(re.findall(r"\$(\w+)", expr)) <= {*VARIABLES, "__rate_interval"}, title
         if "$pod" in expr:
@@ -182,8 +200,16 @@ def fleet(cluster: str | None, nodes: dict[str, tuple[str, ...]] = NODES) -> lis
                     f for f in fields if not f.startswith("run_delay_") or f == "run_delay_nanos"
                 ]
                 fields += [*KERNEL_CAUSES, "cpu_pressure_stalled_nanos"]
+            starving = {"cgroup_cpu_nanos", *KERNEL_CAUSES, "cpu_pressure_stalled_nanos"}
             for field in fields:
-                add(f"procdelta_{field}_total", labels, "0+1000000000x30")
+                if field not in starving:
+                    add(f"procdelta_{field}_total", labels, "0+1000000000x30")
+            # half a core and, on either basis, half of the time it had work behind its
+            # neighbours: starved, so that its node's count has data
+            add("procdelta_cgroup_cpu_nanos_total", labels, "0+30000000000x30")
+            if node in PRESSURE_NODES:
+                for field in (*KERNEL_CAUSES, "cpu_pressure_stalled_nanos"):
+                    add(f"procdelta_{field}_total", labels, "0+30000000000x30")
             for gauge in ("processes", "threads", "rss_bytes"):
                 add(f"procdelta_footprint_{gauge}", labels, "3x30")
         outside = f'cgroup="/system.slice/sshd.service",{job}'

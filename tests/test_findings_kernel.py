@@ -91,9 +91,9 @@ def write(directory: str, name: str, value: int) -> None:
 
 
 @contextlib.contextmanager
-def observed(logs: Path, directory: Path):
-    """`procdelta serve` (a pass a second) and Prometheus scraping it with the shipped
-    rules (windows shortened, tests/test_end_to_end.py's RULE_WINDOW)."""
+def serving(logs: Path):
+    """`procdelta serve` (a pass a second) on loopback, naming the pods from `logs`: its
+    address."""
     port = free_port()
     collector = subprocess.Popen(
         [sys.executable, "-m", "collector", "serve", "--interval", "1",
@@ -105,7 +105,18 @@ def observed(logs: Path, directory: Path):
     )  # fmt: skip
     try:
         wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz"), 30, "procdelta healthy")
-        prometheus = Prometheus(directory, [f"127.0.0.1:{port}"], labels={"node": NODE})
+        yield f"127.0.0.1:{port}"
+    finally:
+        collector.terminate()
+        collector.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def observed(logs: Path, directory: Path):
+    """`procdelta serve` (a pass a second) and Prometheus scraping it with the shipped
+    rules (windows shortened, tests/test_end_to_end.py's RULE_WINDOW)."""
+    with serving(logs) as target:
+        prometheus = Prometheus(directory, [target], labels={"node": NODE})
         try:
             wait_until(
                 lambda: prometheus.query("count_over_time(procdelta_passes_total[1m]) >= 25"),
@@ -115,15 +126,14 @@ def observed(logs: Path, directory: Path):
             yield prometheus
         finally:
             prometheus.stop()
-    finally:
-        collector.terminate()
-        collector.wait(timeout=10)
 
 
-def per_pod(prometheus: Prometheus, rule: str) -> dict[str, float]:
+def per_pod(prometheus: Prometheus, query: str) -> dict[str, float]:
+    """A query's value for each e2e pod."""
     return {
         s["metric"]["pod"]: float(s["value"][1])
-        for s in prometheus.query(f'{rule}{{namespace="e2e"}}')
+        for s in prometheus.query(query)
+        if s["metric"].get("namespace") == "e2e"
     }
 
 
@@ -137,15 +147,13 @@ def alerts(prometheus: Prometheus, name: str) -> dict[str, dict]:
     }
 
 
-WAIT = "node_namespace_pod:procdelta_cpu_wait_{}:ratio_rate5m"
+WAIT = 'sum without (cause) (node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{{cause="{}"}})'
 
 
 def on_the_kernels_basis(prometheus: Prometheus, pods: set[str]) -> None:
     """The pods' causes come from their cgroups' CPU pressure, not the interval's split."""
-    stalled = per_pod(
-        prometheus, "node_namespace_pod:procdelta_cpu_stalled_neighbours_nanos:rate5m"
-    )
-    split = per_pod(prometheus, "node_namespace_pod:procdelta_run_delay_neighbours_nanos:rate5m")
+    stalled = per_pod(prometheus, "rate(procdelta_cpu_stalled_neighbours_nanos_total[20s])")
+    split = per_pod(prometheus, "rate(procdelta_run_delay_neighbours_nanos_total[20s])")
     assert pods <= set(stalled) and not pods & set(split), (stalled, split)
 
 
@@ -201,7 +209,7 @@ def limited_beside_a_neighbour(tmp_path: Path, limited: list[Pod]) -> dict[str, 
             "cores": {
                 pod: value / 1e9
                 for pod, value in per_pod(
-                    prometheus, "node_namespace_pod:procdelta_on_cpu_nanos:rate5m"
+                    prometheus, "node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m"
                 ).items()
             },
         }

@@ -233,6 +233,26 @@ def test_options_reach_the_pod():
     assert endpoint["tlsConfig"]["serverName"] == "procdelta"
 
 
+def test_the_fleet_profile_ships_the_counters_and_cpu_pressure_alone():
+    """`procdelta.profile: fleet` turns the interval gauges and memory and I/O pressure off
+    by environment (so that `kubectl exec ... procdelta top` reads as serve does); the
+    default leaves the full page."""
+
+    def env(values: dict) -> dict[str, str]:
+        daemonset = only(render(values), "DaemonSet")
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        return environment(container)
+
+    fleet = env({"procdelta": {"profile": "fleet"}})
+    assert fleet["PROCDELTA_EXPORT_INTERVAL_GAUGES"] == "false"
+    assert fleet["PROCDELTA_COLLECTOR_CGROUP_PRESSURE_CPU_ONLY"] == "true"
+    full = env({})
+    assert "PROCDELTA_EXPORT_INTERVAL_GAUGES" not in full
+    assert "PROCDELTA_COLLECTOR_CGROUP_PRESSURE_CPU_ONLY" not in full
+    with pytest.raises(helm_python.HelmError):
+        render({"procdelta": {"profile": "small"}})
+
+
 def test_every_procdelta_flag_the_chart_passes_exists():
     """The chart's flags against the CLI's own: a renamed flag would crash every pod."""
     from collector.cli import cli
@@ -469,6 +489,22 @@ def test_dashboard_configmap_is_the_dashboard():
     committed = (ROOT / "grafana" / "procdelta.json").read_text()
     assert config_map["data"]["procdelta.json"] == committed.rstrip("\n")
     assert json.loads(config_map["data"]["procdelta.json"])["title"]
+
+
+def test_the_dashboard_names_the_cluster_label_the_rules_keep():
+    """prometheusRule.clusterLabel is the label the dashboard's variables, selectors,
+    aggregations and legends name; the variable keeps its name, `$cluster`."""
+    values = {**VALUES["all-on"], "prometheusRule": {"clusterLabel": "kube_cluster"}}
+    text = only(render(values), "ConfigMap")["data"]["procdelta.json"]
+    model = json.loads(text)
+    (variable,) = [v for v in model["templating"]["list"] if v["name"] == "cluster"]
+    assert variable["definition"] == "label_values(procdelta_build_info, kube_cluster)"
+    queries = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
+    assert all('kube_cluster=~"$cluster"' in q for q in queries if "$cluster" in q)
+    assert any("by (kube_cluster, node, namespace, pod)" in q for q in queries)
+    assert not re.search(r'(?<![$\w"_])cluster(?![\w])', text.replace('"cluster"', ""))
+    legends = [t["legendFormat"] for p in model["panels"] for t in p.get("targets", [])]
+    assert "{{kube_cluster}} {{namespace}}/{{pod}}" in legends
 
 
 # -- the rules -----------------------------------------------------------------------------

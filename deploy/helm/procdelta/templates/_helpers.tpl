@@ -137,70 +137,59 @@ kubectl -n {{ $namespace }} exec -it "$(kubectl -n {{ $namespace }} get pod -l {
 {{- end }}
 
 {{/*
-The time a pod had work, over which each cause of its wait is a share
-(docs/findings.md#why-a-pod-waits-three-causes), on the kernel's moment-by-moment basis:
-the time its tasks waited behind other groups' or throttled (CPU pressure `full`, per CPU,
-averaged), plus its CPU time, at most the wall time. Exact for one thread; for several,
-their CPU counts each, so a share over it is never more than the truth.
-Given the per-pod expression of a rate (dict "rate" <printf format with one %s: the field>).
+A counter's rate per pod, by cluster, node, namespace and pod, given (dict "c" <cluster
+label> "field" <the field>): pods procdelta named only.
 */}}
-{{- define "procdelta.activeWall" -}}
-clamp_max({{ printf .rate "cpu_pressure_stalled_nanos" }} + {{ printf .rate "cgroup_cpu_nanos" }}, 1e9)
+{{- define "procdelta.podRate" -}}
+sum by ({{ .c }}, node, namespace, pod) (rate(procdelta_{{ .field }}_total{pod!=""}[5m]))
 {{- end }}
 
 {{/*
-A cause's share of a pod's wait, given (dict "stall" <its field on the kernel's basis, wall
-time> "delay" <its field on the interval's basis, thread-time>): on the kernel's basis
-where the pod has it, over the time it had work (procdelta.activeWall); else its part of the
-run delay over its runnable thread-time. No series for an idle pod (0/0).
+Why each pod waited, each cause (`cause`) a share of the time it had work
+(docs/findings.md#why-a-pod-waits-three-causes), given the cluster label. On the kernel's
+basis where the pod has it: wall time, over the time its tasks waited behind others' or
+throttled (CPU pressure `full`) plus its CPU, at most the wall time (exact for one thread;
+for several their CPU counts each, so a share over it is never more than the truth). Else
+on the interval's: its run delay's parts over its runnable thread-time. No series for an
+idle pod (0/0).
 */}}
-{{- define "procdelta.causeShare" -}}
-{{- $rate := "node_namespace_pod:procdelta_%s:rate5m" -}}
-  node_namespace_pod:procdelta_{{ .stall }}:rate5m
-/
-  ({{ include "procdelta.activeWall" (dict "rate" $rate) }} > 0)
+{{- define "procdelta.causeShares" -}}
+{{- $c := . -}}
+(
+    {{- range $i, $cause := list (list "neighbours" "cpu_stalled_neighbours_nanos") (list "throttled" "cpu_stalled_throttled_nanos") (list "own_threads" "cpu_waiting_own_threads_nanos") }}
+    {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (index $cause 1)) }}, "cause", "{{ index $cause 0 }}", "", "")
+    {{- end }}
+)
+/ ignoring (cause) group_left ()
+  (clamp_max({{ include "procdelta.podRate" (dict "c" $c "field" "cpu_pressure_stalled_nanos") }} + node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m, 1e9) > 0)
 or
-  node_namespace_pod:procdelta_{{ .delay }}:rate5m
-/
-  (node_namespace_pod:procdelta_run_delay_nanos:rate5m + node_namespace_pod:procdelta_on_cpu_nanos:rate5m > 0)
+(
+    {{- range $i, $cause := list "neighbours" "throttled" "own_threads" }}
+    {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (printf "run_delay_%s_nanos" $cause)) }}, "cause", "{{ $cause }}", "", "")
+    {{- end }}
+)
+/ ignoring (cause) group_left ()
+  ({{ include "procdelta.podRate" (dict "c" $c "field" "run_delay_nanos") }} + {{ include "procdelta.podRate" (dict "c" $c "field" "on_cpu_nanos") }} > 0)
 {{- end }}
 
 {{/*
-The neighbours' part of pods' waits over the time they had work, summed over a set of pods,
-given (dict "sum" <printf format with one %s: a per-pod expression summed over the set>):
-on the kernel's basis where the set's pods have it, else the interval's (where a set mixes
-the two, nodes with and without cgroup CPU pressure, the kernel's pods alone).
+One cause's share per pod, without the `cause` label.
 */}}
-{{- define "procdelta.neighboursOfSums" -}}
-{{- $rate := "node_namespace_pod:procdelta_%s:rate5m" -}}
-  {{ printf .sum "node_namespace_pod:procdelta_cpu_stalled_neighbours_nanos:rate5m" }}
-/
-  ({{ printf .sum (include "procdelta.activeWall" (dict "rate" $rate)) }} > 0)
-or
-  {{ printf .sum "node_namespace_pod:procdelta_run_delay_neighbours_nanos:rate5m" }}
-/
-  ({{ printf .sum "node_namespace_pod:procdelta_run_delay_nanos:rate5m" }} + {{ printf .sum "node_namespace_pod:procdelta_on_cpu_nanos:rate5m" }} > 0)
-{{- end }}
-
-{{/*
-The cores a pod used: its cgroup's CPU (every task, exited ones included), else what its
-processes' sums saw.
-*/}}
-{{- define "procdelta.podCores" -}}
-(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m or node_namespace_pod:procdelta_on_cpu_nanos:rate5m)
+{{- define "procdelta.cause" -}}
+sum without (cause) (node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="{{ . }}"})
 {{- end }}
 
 {{/*
 The rules' pod conditions, each given (dict "c" <cluster label> "v" <the alert's values>).
-A starved pod: the share of the time it had work in which its neighbours held the CPUs (the
-causes taken on the node, docs/reference.md §7) above a threshold, while it uses some CPU
-(its cgroup's: a pod of short processes counts); its value is that share. Its own limit and
-its own threads never count here.
+A starved pod: the share of the time it had work in which its tasks waited behind other
+groups' (the causes taken on the node, docs/reference.md §7) above a threshold, while its
+cgroup uses some CPU (a pod of short processes counts); its value is that share. Its own
+limit and its own threads never count here.
 */}}
 {{- define "procdelta.starvedPods" -}}
-  node_namespace_pod:procdelta_cpu_wait_neighbours:ratio_rate5m > {{ .v.neighboursShare }}
+  {{ include "procdelta.cause" "neighbours" }} > {{ .v.neighboursShare }}
 and
-  {{ include "procdelta.podCores" . }} > {{ .v.minCores }} * 1e9
+  node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
 {{- end }}
 
 {{/*
@@ -209,7 +198,7 @@ of its CFS periods throttled (kube-prometheus' CPUThrottlingHigh), above a thres
 first is not diluted by a sidecar's periods; its value is the first where both hold.
 */}}
 {{- define "procdelta.throttledPods" -}}
-  node_namespace_pod:procdelta_cpu_wait_throttled:ratio_rate5m > {{ .v.waitShare }}
+  {{ include "procdelta.cause" "throttled" }} > {{ .v.waitShare }}
 or
   node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .v.throttledShare }}
 {{- end }}
@@ -232,26 +221,143 @@ or on ({{ .c }}, namespace, pod)
 {{- end }}
 
 {{/*
-A per-pod record of the base layer ("expr"), summed per workload: the pods' sums joined to
-the map procdelta joins on, which holds every pod procdelta saw, so no pod is left out.
+The pods procdelta saw per workload, given the cluster label.
 */}}
-{{- define "procdelta.perWorkload" -}}
-sum by ({{ .c }}, namespace, workload, workload_type) (
-    sum by ({{ .c }}, namespace, pod) ({{ .expr }})
-  * on ({{ .c }}, namespace, pod) group_left (workload, workload_type)
-    namespace_workload_pod:procdelta_pod_owner:relabel
-)
+{{- define "procdelta.workloadPods" -}}
+count by ({{ . }}, namespace, workload, workload_type) (namespace_workload_pod:procdelta_pod_owner:relabel)
 {{- end }}
 
 {{/*
-The pods procdelta saw over the rules' window: the base layer's pods (process or cgroup
-counters). A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is
+The pods procdelta saw over the rules' window: those whose cgroup it read. A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is
 none: the base layer selects `pod!=""`.
 */}}
 {{- define "procdelta.seenPods" -}}
-group by ({{ . }}, namespace, pod) (
-    node_namespace_pod:procdelta_on_cpu_nanos:rate5m
-  or
-    node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m
+group by ({{ . }}, namespace, pod) (node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m)
+{{- end }}
+
+{{/*
+procdelta's own pod -> workload map, from kube-state-metrics' owner series, for where
+kubernetes-mixin's namespace_workload_pod:kube_pod_owner:relabel does not have the pod
+(docs/findings.md, "The pod -> workload map"): only pods' controllers count
+(owner_is_controller="true"), duplicate owner series (two kube-state-metrics replicas)
+collapse into one. In order: a ReplicaSet or a Job without a controller is itself the
+workload; a StatefulSet, a DaemonSet; a static pod (its mirror pod's controller is the
+Node) is its own; the pods of a ReplicaSet or a Job with a controller (a Deployment, a
+CronJob, an Argo Rollout) are that controller's, and any other kind's pods its own, the
+kind as workload_type ("deployment" for a Deployment); a pod without a controller (empty
+owner labels, or `<none>` before kube-state-metrics v2) is its own. Given the cluster label.
+Read inline by the one map the rules record, never recorded itself.
+*/}}
+{{- define "procdelta.ownerMap" -}}
+label_replace(
+  max by ({{ . }}, namespace, workload, pod) (
+    label_replace(
+        label_replace(
+          kube_pod_owner{owner_kind="ReplicaSet", owner_is_controller="true"},
+          "replicaset", "$1", "owner_name", "(.+)"
+        )
+      unless on ({{ . }}, namespace, replicaset)
+        kube_replicaset_owner{owner_is_controller="true"},
+      "workload", "$1", "replicaset", "(.+)"
+    )
+  ),
+  "workload_type", "replicaset", "", ""
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  max by ({{ . }}, namespace, workload, pod) (
+    label_replace(
+        label_replace(
+          kube_pod_owner{owner_kind="Job", owner_is_controller="true"},
+          "job_name", "$1", "owner_name", "(.+)"
+        )
+      unless on ({{ . }}, namespace, job_name)
+        kube_job_owner{owner_is_controller="true"},
+      "workload", "$1", "job_name", "(.+)"
+    )
+  ),
+  "workload_type", "job", "", ""
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  max by ({{ . }}, namespace, workload, pod) (
+    label_replace(
+      kube_pod_owner{owner_kind="StatefulSet", owner_is_controller="true"},
+      "workload", "$1", "owner_name", "(.+)"
+    )
+  ),
+  "workload_type", "statefulset", "", ""
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  max by ({{ . }}, namespace, workload, pod) (
+    label_replace(
+      kube_pod_owner{owner_kind="DaemonSet", owner_is_controller="true"},
+      "workload", "$1", "owner_name", "(.+)"
+    )
+  ),
+  "workload_type", "daemonset", "", ""
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  max by ({{ . }}, namespace, workload, pod) (
+    label_replace(
+      kube_pod_owner{owner_kind="Node", owner_is_controller="true"},
+      "workload", "$1", "pod", "(.+)"
+    )
+  ),
+  "workload_type", "staticpod", "", ""
+)
+or on ({{ . }}, namespace, pod)
+max by ({{ . }}, namespace, workload, workload_type, pod) (
+  label_replace(
+    label_replace(
+      label_replace(
+          (
+              label_replace(
+                kube_pod_owner{owner_kind="ReplicaSet", owner_is_controller="true"},
+                "replicaset", "$1", "owner_name", "(.+)"
+              )
+            * on ({{ . }}, namespace, replicaset) group_left (owner_kind, owner_name)
+              topk by ({{ . }}, namespace, replicaset) (1,
+                max by ({{ . }}, namespace, replicaset, owner_kind, owner_name) (
+                  kube_replicaset_owner{owner_is_controller="true"}
+                )
+              )
+          )
+        or
+          (
+              label_replace(
+                kube_pod_owner{owner_kind="Job", owner_is_controller="true"},
+                "job_name", "$1", "owner_name", "(.+)"
+              )
+            * on ({{ . }}, namespace, job_name) group_left (owner_kind, owner_name)
+              topk by ({{ . }}, namespace, job_name) (1,
+                max by ({{ . }}, namespace, job_name, owner_kind, owner_name) (
+                  kube_job_owner{owner_is_controller="true"}
+                )
+              )
+          )
+        or
+          kube_pod_owner{
+            owner_is_controller="true",
+            owner_kind!~"ReplicaSet|Job|StatefulSet|DaemonSet|Node"
+          },
+        "workload", "$1", "owner_name", "(.+)"
+      ),
+      "workload_type", "$1", "owner_kind", "(.+)"
+    ),
+    "workload_type", "deployment", "workload_type", "Deployment"
+  )
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  label_replace(
+      max by ({{ . }}, namespace, pod) (kube_pod_owner)
+    unless on ({{ . }}, namespace, pod)
+      kube_pod_owner{owner_is_controller="true"},
+    "workload", "$1", "pod", "(.+)"
+  ),
+  "workload_type", "barepod", "", ""
 )
 {{- end }}
