@@ -562,14 +562,11 @@ class CgroupFS:
             cpu_moved, memory_moved, io_moved = stalled
         same = previous is not None and v2.ident in previous.identity
         cpu, memory, io = previous.pressure if same else _NO_PSI
+        cpu = _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu
         if self.cpu_pressure_only:
-            return (
-                _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu,
-                None,
-                None,
-            )
+            return cpu, None, None
         return (
-            _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu,
+            cpu,
             _parsed(memory_file, _psi_totals, at) if memory_moved or memory is None else memory,
             _parsed(io_file, _psi_totals, at) if io_moved or io is None else io,
         )

@@ -12,6 +12,16 @@ import time
 import urllib.request
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """Terminate `process`, and kill it if it has not ended within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

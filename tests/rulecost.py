@@ -57,7 +57,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.net import free_port
+from tests.net import free_port, stop_process
 
 PASS_SECONDS = 15
 """The collector's default interval: each interval gauge holds this many seconds' worth."""
@@ -599,7 +599,7 @@ def prometheus(rules: Path | None, fleet: Fleet, port: int, args):
         yield url
     finally:
         if process is not None:
-            _stop(process)
+            stop_process(process, timeout=30)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -664,15 +664,6 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
 
 def _scalar(result: list[dict]) -> float:
     return float(result[0]["value"][1]) if result else 0.0
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # --- the report ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.net import free_port, http_get, wait_until
+from tests.net import free_port, http_get, stop_process, wait_until
 from tests.promtools import binary
 
 
@@ -100,12 +100,7 @@ def victoria(
         yield Victoria(ports["server"], ports["vmalert"])
     finally:
         for process, log in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
             log.close()
         notifier.shutdown()
         notifier.server_close()
