@@ -547,6 +547,7 @@ def query(url: str, promql: str) -> list[dict]:
 class Run:
     label: str
     durations: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    shares: dict[str, float] = field(default_factory=dict)  # evaluations per global one
     samples: dict[str, float] = field(default_factory=dict)
     rules: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     head_series: float = 0
@@ -618,8 +619,11 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
         rule_seen: dict[tuple[str, str], str] = {}
         deadline = time.time() + args.evaluations * args.evaluation_interval * 3 + 30
         groups: set[str] = set()  # every group Prometheus loaded, evaluated yet or not
-        while rules and (not groups or any(len(run.durations[g]) < args.evaluations
-                                           for g in groups)):  # fmt: skip
+        span = args.evaluations * args.evaluation_interval
+        while rules and (not groups or time.time() - cpu_start[0] < span
+                         or any(len(run.durations[g]) < min(args.evaluations, max(1, round(
+                             span * run.shares.get(g, 1) / args.evaluation_interval)))
+                                for g in groups)):  # fmt: skip
             if time.time() > deadline:
                 raise RuntimeError(f"{label}: fewer than {args.evaluations} evaluations a group")
             time.sleep(0.5)
@@ -635,6 +639,7 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
                         group
                     ]
             for group in json.loads(_get(f"{url}/api/v1/rules"))["data"]["groups"]:
+                run.shares[group["name"]] = min(1.0, args.evaluation_interval / group["interval"])
                 for index, rule in enumerate(group["rules"]):
                     key = (group["name"], f"{index:02d} {rule['name']}")
                     if rule.get("health") == "err":
@@ -684,8 +689,10 @@ def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, ar
     out = [
         f"{len(fleet.nodes)} nodes x {args.pods} pods ({len(fleet.pods)} pods); scrape every "
         f"{args.scrape_interval:g}s, evaluate every {args.evaluation_interval:g}s, measured "
-        f"after {args.warmup:g}s, {args.evaluations} evaluations per group in each of "
-        f"{args.rounds} rounds, alternately; medians (ms of wall time per evaluation)",
+        f"after {args.warmup:g}s over {args.evaluations * args.evaluation_interval:g}s "
+        f"(a group with an interval of its own: the evaluations that fit, at least one) in each "
+        f"of {args.rounds} rounds, alternately; medians (ms of wall time per evaluation of "
+        f"the group; 'all groups': per global evaluation, each group weighed by its share)",
         "",
     ]
     for label in labels:
@@ -696,7 +703,7 @@ def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, ar
         group_names = [g for g in selections if g in measured] + sorted(measured - set(selections))
         out.append(f"{label}: {rule_files[label]}")
         out.append(f"  {'group':<34} {'eval ms':>8} {'spread':>13} {'samples':>8} "
-                   f"{'rate()':>6} {'ranges':>6}")  # fmt: skip
+                   f"{'rate()':>6} {'ranges':>6} {'share':>5}")  # fmt: skip
         for group in group_names:
             values = [v * 1e3 for r in by_label[label] for v in r.durations.get(group, [])]
             q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
@@ -704,7 +711,8 @@ def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, ar
             out.append(
                 f"  {group:<34} {_median(values):>8.1f} {q[0]:>6.1f}-{q[2]:<6.1f} "
                 f"{_median(r.samples.get(group, 0) for r in by_label[label]):>8.0f} "
-                f"{rate:>6} {ranges:>6}"
+                f"{rate:>6} {ranges:>6} "
+                f"{_median(r.shares.get(group, 1.0) for r in by_label[label]):>5.2f}"
             )
         out.append(f"  {'all groups':<34} {_median(_total(r) for r in by_label[label]):>8.1f} "
                    f"{'':>13} {_median(sum(r.samples.values()) for r in by_label[label]):>8.0f} "
@@ -735,8 +743,11 @@ def report(rule_files: dict[str, Path | None], runs: list[Run], fleet: Fleet, ar
 
 
 def _total(run: Run) -> float:
-    """A run's evaluation time: the sum of its groups' medians (ms)."""
-    return sum(_median(values) for values in run.durations.values()) * 1e3
+    """A run's evaluation time per global evaluation: the sum of its groups' medians (ms),
+    each weighed by its evaluations per global one (a group with a longer `interval`
+    counts the share of it)."""
+    return sum(_median(values) * run.shares.get(group, 1.0)
+               for group, values in run.durations.items()) * 1e3  # fmt: skip
 
 
 def summary(labels: list[str], by_label: dict[str, list[Run]], interval: float) -> list[str]:
@@ -780,11 +791,12 @@ def summary(labels: list[str], by_label: dict[str, list[Run]], interval: float) 
                 rounds += "; rules s " + " ".join(f"{rule_cpu(r, i):.2f}" for i, r in enumerate(rs))
         out.append(f"{label} by round: {rounds}")
     out.append(
-        "eval ms: the groups' wall times summed; cores: the Prometheus process's CPU over the "
-        "measured span; rules s: CPU seconds per evaluation beyond the baseline's"
+        "eval ms: the groups' wall times summed per global evaluation; cores: the Prometheus "
+        "process's CPU over the measured span; rules s: CPU seconds per global evaluation "
+        "beyond the baseline's"
         if baseline else
-        "eval ms: the groups' wall times summed; cores: the Prometheus process's CPU over the "
-        "measured span (--baseline: the rules' own CPU)"
+        "eval ms: the groups' wall times summed per global evaluation; cores: the Prometheus "
+        "process's CPU over the measured span (--baseline: the rules' own CPU)"
     )  # fmt: skip
     return out
 
@@ -823,8 +835,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup",
         type=float,
-        default=100,
-        help="seconds of scrapes before measuring (rate windows fill)",
+        default=330,
+        help="seconds of scrapes before measuring (the rules' 5m rate windows fill: a rate "
+        "over a partly filled window reads low, and thresholds in cores with it)",
     )
     parser.add_argument("--evaluations", type=int, default=6, help="per group and round")
     parser.add_argument("--top", type=int, default=8, help="slowest rules listed per file")

@@ -749,12 +749,35 @@ def test_workload_thresholds_are_values(tmp_path):
     assert result.returncode != 0
 
 
+@pytest.mark.parametrize(("value", "interval"), [(None, "1m"), ("5m", "5m"), ("", None)])
+def test_the_workload_map_is_evaluated_on_an_interval_of_its_own(value, interval):
+    """The pod -> workload map, the costliest rule and one that changes only as pods come
+    and go, has a group of its own evaluated every prometheusRule.workloadMapInterval
+    (empty: the Prometheus' interval, as every other group)."""
+    values = {"prometheusRule": {"enabled": True}}
+    if value is not None:
+        values["prometheusRule"]["workloadMapInterval"] = value
+    groups = only(render(values), "PrometheusRule")["spec"]["groups"]
+    (group,) = [g for g in groups if g["name"] == "procdelta.workload.map"]
+    assert [r["record"] for r in group["rules"]] == [
+        "namespace_workload_pod:procdelta_pod_owner:relabel"
+    ]
+    assert group.get("interval") == interval
+    assert [g["name"] for g in groups if "interval" in g] == (
+        ["procdelta.workload.map"] if interval else []
+    )
+    with pytest.raises(Exception, match="workloadMapInterval"):
+        render({"prometheusRule": {"enabled": True, "workloadMapInterval": "a minute"}})
+
+
 def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     """The pod alerts join their pod's workload labels from the workload map; a pod the map
-    lacks (the workload group failed, or has not run yet) still raises its alert."""
+    lacks (its group failed, or has not run yet) still raises its alert."""
     rules = rule_file({}, tmp_path / "nomap.rules.yml")
     spec = yaml.safe_load(rules.read_text())
-    spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.rules"]
+    names = {g["name"] for g in spec["groups"]}
+    assert "procdelta.workload.map" in names
+    spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.map"]
     rules.write_text(yaml.safe_dump(spec))
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     fired = set()

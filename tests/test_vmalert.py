@@ -18,7 +18,7 @@ import pytest
 
 from tests.net import http_get, wait_until
 from tests.promtools import binary
-from tests.test_end_to_end import RULE_WINDOW, Prometheus
+from tests.test_end_to_end import Prometheus, shortened
 from tests.test_findings_kernel import NODE, Container, Pod, running, serving, two_cpus
 from tests.victoria import victoria
 
@@ -70,7 +70,7 @@ def test_the_same_alerts_rise_under_vmalert_as_under_prometheus(tmp_path):
     (tmp_path / "prometheus").mkdir()
     (tmp_path / "vm").mkdir()
     rules = tmp_path / "vm" / "procdelta.rules.yml"
-    rules.write_text(VMALERT_RULES.read_text().replace("[5m]", f"[{RULE_WINDOW}]"))
+    rules.write_text(shortened(VMALERT_RULES.read_text()))
     with running(pods, logs), serving(logs) as target:
         prometheus = Prometheus(tmp_path / "prometheus", [target], labels={"node": NODE})
         try:

@@ -204,20 +204,35 @@ or
 {{- end }}
 
 {{/*
-A per-pod expression (a finding, or pods counted; given as "expr") with its pod's workload
-labels (`workload`, `workload_type`) added from the map procdelta joins on. A pod missing
-from the map (it was not there at its last evaluation) keeps its finding, without them.
+A pod queued behind its own threads: the share of the time it had work in which some of
+its tasks waited while another of its own ran, above a threshold, while its cgroup uses
+some CPU; its value is that share.
+*/}}
+{{- define "procdelta.ownThreadsPods" -}}
+  {{ include "procdelta.cause" "own_threads" }} > {{ .v.ownThreadsShare }}
+and
+  node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
+{{- end }}
+
+{{/*
+The pods with one finding (starved, throttled, own_threads).
+*/}}
+{{- define "procdelta.finding" -}}
+node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="{{ . }}"}
+{{- end }}
+
+{{/*
+A pod finding (given as "expr") with its pod's workload labels (`workload`,
+`workload_type`) added from the map procdelta joins on. A pod missing from the map (its
+group failed, or has not run since the pod came) keeps its finding, without them. The
+findings are few: selecting them twice costs little.
 */}}
 {{- define "procdelta.withWorkload" -}}
-(
-  {{- .expr | nindent 4 }}
-)
+{{ .expr }}
 * on ({{ .c }}, namespace, pod) group_left (workload, workload_type)
   namespace_workload_pod:procdelta_pod_owner:relabel
 or on ({{ .c }}, namespace, pod)
-(
-  {{- .expr | nindent 4 }}
-)
+{{ .expr }}
 {{- end }}
 
 {{/*
@@ -240,75 +255,16 @@ procdelta's own pod -> workload map, from kube-state-metrics' owner series, for 
 kubernetes-mixin's namespace_workload_pod:kube_pod_owner:relabel does not have the pod
 (docs/findings.md, "The pod -> workload map"): only pods' controllers count
 (owner_is_controller="true"), duplicate owner series (two kube-state-metrics replicas)
-collapse into one. In order: a ReplicaSet or a Job without a controller is itself the
-workload; a StatefulSet, a DaemonSet; a static pod (its mirror pod's controller is the
-Node) is its own; the pods of a ReplicaSet or a Job with a controller (a Deployment, a
-CronJob, an Argo Rollout) are that controller's, and any other kind's pods its own, the
-kind as workload_type ("deployment" for a Deployment); a pod without a controller (empty
-owner labels, or `<none>` before kube-state-metrics v2) is its own. Given the cluster label.
-Read inline by the one map the rules record, never recorded itself.
+collapse into one. In order: the pods of a ReplicaSet or a Job with a controller (a
+Deployment, a CronJob, an Argo Rollout) are that controller's, the kind as workload_type
+("deployment" for a Deployment); any other pod with a controller but a Node is its
+controller's: a ReplicaSet, a Job (without a controller of their own), a StatefulSet, a
+DaemonSet, lower-cased, any other kind as it is; a static pod (its mirror pod's
+controller is the Node) is its own; a pod without a controller (empty owner labels, or
+`<none>` before kube-state-metrics v2) is its own. Each kind is selected once. Given the
+cluster label. Read inline by the one map the rules record, never recorded itself.
 */}}
 {{- define "procdelta.ownerMap" -}}
-label_replace(
-  max by ({{ . }}, namespace, workload, pod) (
-    label_replace(
-        label_replace(
-          kube_pod_owner{owner_kind="ReplicaSet", owner_is_controller="true"},
-          "replicaset", "$1", "owner_name", "(.+)"
-        )
-      unless on ({{ . }}, namespace, replicaset)
-        kube_replicaset_owner{owner_is_controller="true"},
-      "workload", "$1", "replicaset", "(.+)"
-    )
-  ),
-  "workload_type", "replicaset", "", ""
-)
-or on ({{ . }}, namespace, pod)
-label_replace(
-  max by ({{ . }}, namespace, workload, pod) (
-    label_replace(
-        label_replace(
-          kube_pod_owner{owner_kind="Job", owner_is_controller="true"},
-          "job_name", "$1", "owner_name", "(.+)"
-        )
-      unless on ({{ . }}, namespace, job_name)
-        kube_job_owner{owner_is_controller="true"},
-      "workload", "$1", "job_name", "(.+)"
-    )
-  ),
-  "workload_type", "job", "", ""
-)
-or on ({{ . }}, namespace, pod)
-label_replace(
-  max by ({{ . }}, namespace, workload, pod) (
-    label_replace(
-      kube_pod_owner{owner_kind="StatefulSet", owner_is_controller="true"},
-      "workload", "$1", "owner_name", "(.+)"
-    )
-  ),
-  "workload_type", "statefulset", "", ""
-)
-or on ({{ . }}, namespace, pod)
-label_replace(
-  max by ({{ . }}, namespace, workload, pod) (
-    label_replace(
-      kube_pod_owner{owner_kind="DaemonSet", owner_is_controller="true"},
-      "workload", "$1", "owner_name", "(.+)"
-    )
-  ),
-  "workload_type", "daemonset", "", ""
-)
-or on ({{ . }}, namespace, pod)
-label_replace(
-  max by ({{ . }}, namespace, workload, pod) (
-    label_replace(
-      kube_pod_owner{owner_kind="Node", owner_is_controller="true"},
-      "workload", "$1", "pod", "(.+)"
-    )
-  ),
-  "workload_type", "staticpod", "", ""
-)
-or on ({{ . }}, namespace, pod)
 max by ({{ . }}, namespace, workload, workload_type, pod) (
   label_replace(
     label_replace(
@@ -337,12 +293,7 @@ max by ({{ . }}, namespace, workload, workload_type, pod) (
                   kube_job_owner{owner_is_controller="true"}
                 )
               )
-          )
-        or
-          kube_pod_owner{
-            owner_is_controller="true",
-            owner_kind!~"ReplicaSet|Job|StatefulSet|DaemonSet|Node"
-          },
+          ),
         "workload", "$1", "owner_name", "(.+)"
       ),
       "workload_type", "$1", "owner_kind", "(.+)"
@@ -351,11 +302,39 @@ max by ({{ . }}, namespace, workload, workload_type, pod) (
   )
 )
 or on ({{ . }}, namespace, pod)
+max by ({{ . }}, namespace, workload, workload_type, pod) (
+  label_replace(
+    label_replace(
+      label_replace(
+        label_replace(
+          label_replace(
+            label_replace(
+              kube_pod_owner{owner_is_controller="true", owner_kind!="Node"},
+              "workload", "$1", "owner_name", "(.+)"
+            ),
+            "workload_type", "$1", "owner_kind", "(.+)"
+          ),
+          "workload_type", "replicaset", "owner_kind", "ReplicaSet"
+        ),
+        "workload_type", "job", "owner_kind", "Job"
+      ),
+      "workload_type", "statefulset", "owner_kind", "StatefulSet"
+    ),
+    "workload_type", "daemonset", "owner_kind", "DaemonSet"
+  )
+)
+or on ({{ . }}, namespace, pod)
 label_replace(
   label_replace(
-      max by ({{ . }}, namespace, pod) (kube_pod_owner)
-    unless on ({{ . }}, namespace, pod)
-      kube_pod_owner{owner_is_controller="true"},
+    max by ({{ . }}, namespace, pod) (kube_pod_owner{owner_kind="Node", owner_is_controller="true"}),
+    "workload", "$1", "pod", "(.+)"
+  ),
+  "workload_type", "staticpod", "", ""
+)
+or on ({{ . }}, namespace, pod)
+label_replace(
+  label_replace(
+    max by ({{ . }}, namespace, pod) (kube_pod_owner{owner_is_controller!="true"}),
     "workload", "$1", "pod", "(.+)"
   ),
   "workload_type", "barepod", "", ""
