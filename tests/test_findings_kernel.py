@@ -347,7 +347,9 @@ def starved_beside_a_hog(tmp_path: Path, victim: Pod, hog: Pod) -> dict:
         assert hog.name not in alerts(prometheus, "ProcdeltaPodCPUStarved")
         alert = alerts(prometheus, "ProcdeltaPodCPUStarved")[victim.name]
         assert alert["labels"]["node"] == NODE
-        assert f"e2e/{hog.name}" in alert["annotations"]["description"]
+        # the pod's text points at its node's page, which names who held the CPUs
+        assert "ProcdeltaNodeCPUSaturated" in alert["annotations"]["description"]
+        assert f"e2e/{hog.name}" not in alert["annotations"]["description"]
         assert alert["annotations"]["runbook_url"].endswith("runbooks.md#procdeltapodcpustarved")
         (page,) = node_pages(prometheus)
         assert page["labels"]["severity"] == "critical"
