@@ -532,12 +532,20 @@ def test_client_certificates(pki):
 # --- plain text off a terminal -----------------------------------------------------------
 
 
+def interruptible() -> None:
+    """In `top`'s child before it runs: SIGINT as a terminal's shell leaves it. A shell
+    starting the tests in the background (`cmd &`, a CI runner's script) ignores SIGINT, its
+    children inherit that, and Python then installs no KeyboardInterrupt handler: `top`
+    would never see the Ctrl-C these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def first_blocks(args: list[str], blocks: int = 2, timeout: float = 60) -> str:
     """The first `blocks` blocks `top` prints into a pipe (each whole: the next one has
     begun); then it is stopped by SIGINT, and exits 0."""
     process = subprocess.Popen(
         [sys.executable, "-m", "collector", "top", "--interval", "0.5", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible,
     )  # fmt: skip
     header = b"procdelta top "
     try:
@@ -592,7 +600,7 @@ class Terminal:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "collector", "top", "--interval", "0.5", *args],
             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            preexec_fn=lambda: (interruptible(), fcntl.ioctl(0, termios.TIOCSCTTY, 0)),
             env={**os.environ, "TERM": "xterm-256color"},
         )  # fmt: skip
         self.output = b""
