@@ -620,12 +620,16 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
         deadline = time.time() + args.evaluations * args.evaluation_interval * 3 + 30
         groups: set[str] = set()  # every group Prometheus loaded, evaluated yet or not
         span = args.evaluations * args.evaluation_interval
+
+        def wanted(group: str) -> int:
+            """The group's evaluations in the span: every one at the global interval, those
+            that fit at a longer interval of its own, at least one."""
+            return max(1, round(args.evaluations * run.shares.get(group, 1.0)))
+
         while rules and (not groups or time.time() - cpu_start[0] < span
-                         or any(len(run.durations[g]) < min(args.evaluations, max(1, round(
-                             span * run.shares.get(g, 1) / args.evaluation_interval)))
-                                for g in groups)):  # fmt: skip
+                         or any(len(run.durations[g]) < wanted(g) for g in groups)):  # fmt: skip
             if time.time() > deadline:
-                raise RuntimeError(f"{label}: fewer than {args.evaluations} evaluations a group")
+                raise RuntimeError(f"{label}: a group evaluated fewer times than the span holds")
             time.sleep(0.5)
             metrics = read_metrics(url)
             stamps = metrics["prometheus_rule_group_last_evaluation_timestamp_seconds"]

@@ -181,13 +181,14 @@ sum without (cause) (node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="{
 
 {{/*
 The rules' pod conditions, each given (dict "c" <cluster label> "v" <the alert's values>).
-A starved pod: the share of the time it had work in which its tasks waited behind other
-groups' (the causes taken on the node, docs/reference.md §7) above a threshold, while its
-cgroup uses some CPU (a pod of short processes counts); its value is that share. Its own
-limit and its own threads never count here.
+A pod waiting for one cause ("cause": neighbours, own_threads; "share": the alert's value
+naming its threshold) more than that share of the time it had work, while its cgroup uses
+some CPU (a pod of short processes counts); its value is that share. A starved pod waits
+behind other groups' tasks (the causes taken on the node, docs/reference.md §7): its own
+limit and its own threads never count there.
 */}}
-{{- define "procdelta.starvedPods" -}}
-  {{ include "procdelta.cause" "neighbours" }} > {{ .v.neighboursShare }}
+{{- define "procdelta.busyPodsWaiting" -}}
+  {{ include "procdelta.cause" .cause }} > {{ index .v .share }}
 and
   node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
 {{- end }}
@@ -201,17 +202,6 @@ first is not diluted by a sidecar's periods; its value is the first where both h
   {{ include "procdelta.cause" "throttled" }} > {{ .v.waitShare }}
 or
   node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .v.throttledShare }}
-{{- end }}
-
-{{/*
-A pod queued behind its own threads: the share of the time it had work in which some of
-its tasks waited while another of its own ran, above a threshold, while its cgroup uses
-some CPU; its value is that share.
-*/}}
-{{- define "procdelta.ownThreadsPods" -}}
-  {{ include "procdelta.cause" "own_threads" }} > {{ .v.ownThreadsShare }}
-and
-  node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
 {{- end }}
 
 {{/*
