@@ -88,6 +88,7 @@ _FIELD_HELP = {
     "run_delay_throttled_nanos": "Run delay its own CPU quotas explain (ns)",
     "run_delay_own_threads_nanos": "Run delay queued behind its own threads, beyond the CPUs (ns)",
     "run_delay_neighbours_nanos": "Run delay while other groups held the CPUs it could use (ns)",
+    "run_delay_runnable_nanos": "On-CPU + run delay of the passes whose run delay was split (ns)",
 }
 
 

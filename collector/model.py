@@ -260,13 +260,17 @@ class CgroupFields:
     run_delay_throttled_nanos: int | None = None
     run_delay_own_threads_nanos: int | None = None
     run_delay_neighbours_nanos: int | None = None
+    # ... and what they are parts of: the thread-time it was runnable (on-CPU + run
+    # delay) in those passes, so that a consumer's share never reads a pass on the
+    # other basis, nor counters a group has whatever its basis
+    run_delay_runnable_nanos: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
         return {name: getattr(self, name) for name in CGROUP_FIELD_NAMES}
 
 
 CGROUP_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CgroupFields))
-"""The sixteen fields of docs/reference.md §7, in order (the last six: why the group
+"""The seventeen fields of docs/reference.md §7, in order (the last seven: why the group
 waited, on either basis); each is both an interval gauge and a counter."""
 
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")

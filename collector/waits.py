@@ -164,5 +164,6 @@ def with_waits(
                 run_delay_throttled_nanos=throttled,
                 run_delay_own_threads_nanos=own,
                 run_delay_neighbours_nanos=neighbours,
+                run_delay_runnable_nanos=fields.on_cpu_nanos + fields.run_delay_nanos,
             )
     return split

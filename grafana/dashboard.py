@@ -270,7 +270,7 @@ CAUSES = (
     "over the time the pod had work, on the basis procdelta took its wait on: where its "
     "cgroup has CPU pressure, the kernel's moment-by-moment account (wall time, over its "
     "`full` stall plus its CPU, at most the wall time); elsewhere its run delay split over "
-    "the interval (thread-time, over run delay + on-CPU)"
+    "the interval (thread-time, over run delay + on-CPU of the passes split so)"
 )
 
 

@@ -32,5 +32,6 @@ CGROUP_FIELDS = [
     "run_delay_throttled_nanos",
     "run_delay_own_threads_nanos",
     "run_delay_neighbours_nanos",
+    "run_delay_runnable_nanos",
 ]
 """docs/reference.md §7, in its table's order."""

@@ -117,11 +117,11 @@ def _series_per_group_by_the_reference(psi: bool) -> dict[str, int | Counter[int
     footprint = re.findall(r"^\| `(procdelta_footprint_\w+)` \|", _reference_section(5), re.M)
     assert len(fields) == 11 and "processes" in fields and len(footprint) == 3
     pressure = [name for name in cgroup if "pressure" in name]
-    assert len(cgroup) == 16 and len(pressure) == 6
+    assert len(cgroup) == 17 and len(pressure) == 6
     # why it waited: from CPU pressure where the node has it, else the run delay's split
     kernel = [name for name in cgroup if name.startswith(("cpu_stalled_", "cpu_waiting_"))]
     split = [name for name in cgroup if name.startswith("run_delay_")]
-    assert len(kernel) == len(split) == 3
+    assert len(kernel) == 3 and len(split) == 4  # the split's three parts and their whole
     without_pressure = len(cgroup) - len(pressure) - len(kernel)
     cg = len(cgroup) - len(split) if psi else without_pressure
     gauges, counters = len(fields), len(fields) - 1

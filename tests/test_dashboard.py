@@ -165,7 +165,8 @@ def test_panels_fit_the_grid():
 
 FIELDS = (
     "on_cpu_nanos", "run_delay_nanos", "run_delay_throttled_nanos",
-    "run_delay_own_threads_nanos", "run_delay_neighbours_nanos", "observed_nanos",
+    "run_delay_own_threads_nanos", "run_delay_neighbours_nanos", "run_delay_runnable_nanos",
+    "observed_nanos",
     "cgroup_cpu_nanos", "cpu_periods", "cpu_throttled_periods", "cpu_throttled_nanos",
     "read_bytes", "write_bytes", "voluntary_switches", "nonvoluntary_switches",
     "cpu_pressure_waiting_nanos", "memory_pressure_waiting_nanos", "io_pressure_waiting_nanos",

@@ -112,7 +112,7 @@ PER_GROUP = (
     ("shapes", "pressure", "per_pod"),
     [
         (Shapes(), True, 50),
-        (Shapes(), False, 38),
+        (Shapes(), False, 40),  # the split's three parts and their whole, both shapes
         (Shapes(interval_gauges=False), True, 26),
         (Shapes(interval_gauges=False), "cpu", 22),  # the chart's fleet profile
         (Shapes(cgroup=False), True, 24),
@@ -133,7 +133,8 @@ def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
     families = [f for f in parse_text(loop.snapshot().text.decode()) if f.name in PER_GROUP]
     filled = {family.name for family in families if family.samples}
     # with pressure, the fixture has groups on both bases: the other basis's three causes
-    other_basis = 3 * (shapes.interval_gauges + shapes.totals) if pressure and shapes.cgroup else 0
+    # and what they are parts of
+    other_basis = 4 * (shapes.interval_gauges + shapes.totals) if pressure and shapes.cgroup else 0
     assert len(filled) == per_pod + other_basis, sorted(filled)
 
 

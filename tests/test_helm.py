@@ -619,6 +619,35 @@ def test_alert_thresholds_are_values(tmp_path):
     assert run_cases(tmp_path, default, [causes]).returncode != 0
 
 
+def test_each_busy_finding_keeps_its_own_cpu_floor(tmp_path):
+    """The starved and own-threads findings share one selection of the pods' CPU while
+    their floors (minCores) are the same; set apart, each pod is held to its own finding's:
+    under a 1.2-core floor for own threads alone, the kernel case's pinned pod (1 core) and
+    light one (0.2) lose their own-threads finding, the hog (1.52) keeps it, and the
+    starved pods (0.18 to 0.3 core) keep theirs."""
+    case = {c["name"]: c for c in yaml.safe_load(CAUSES_RULE_TESTS.read_text())["tests"]}[
+        "the kernel's moment-by-moment basis (cgroup CPU pressure)"
+    ]
+    case.pop("alert_rule_test", None)
+    findings = "count by (finding) (node_namespace_pod:procdelta_cpu_finding:ratio_rate5m)"
+    by_default = {"starved": 3, "own_threads": 3, "throttled": 1}
+    apart = {"starved": 3, "own_threads": 1, "throttled": 1}
+
+    def expect(counts: dict[str, int]) -> dict:
+        samples = [{"labels": f'{{finding="{f}"}}', "value": n} for f, n in counts.items()]
+        return {"expr": findings, "eval_time": "20m", "exp_samples": samples}
+
+    default = rule_file({}, tmp_path / "default.rules.yml")
+    own_floor = rule_file(
+        {"alerts": {"podCPUOwnThreads": {"minCores": 1.2}}}, tmp_path / "own-floor.rules.yml"
+    )
+    for rules, counts in ((default, by_default), (own_floor, apart)):
+        result = run_cases(tmp_path, rules, [{**case, "promql_expr_test": [expect(counts)]}])
+        assert result.returncode == 0, result.stdout + result.stderr
+    moved = run_cases(tmp_path, own_floor, [{**case, "promql_expr_test": [expect(by_default)]}])
+    assert moved.returncode != 0
+
+
 # -- one source of truth -------------------------------------------------------------------
 
 
@@ -750,24 +779,27 @@ def test_workload_thresholds_are_values(tmp_path):
 
 
 @pytest.mark.parametrize(("value", "interval"), [(None, "1m"), ("5m", "5m"), ("", None)])
-def test_the_workload_map_is_evaluated_on_an_interval_of_its_own(value, interval):
+def test_the_workload_rules_are_evaluated_on_an_interval_of_their_own(value, interval):
     """The pod -> workload map, the costliest rule and one that changes only as pods come
-    and go, has a group of its own evaluated every prometheusRule.workloadMapInterval
-    (empty: the Prometheus' interval, as every other group)."""
+    and go, and the workload ratios that read it, have a group of their own evaluated
+    every prometheusRule.workloadInterval (empty: the Prometheus' interval, as every other
+    group); the map first, so that the ratios read the map of the same evaluation."""
     values = {"prometheusRule": {"enabled": True}}
     if value is not None:
-        values["prometheusRule"]["workloadMapInterval"] = value
+        values["prometheusRule"]["workloadInterval"] = value
     groups = only(render(values), "PrometheusRule")["spec"]["groups"]
-    (group,) = [g for g in groups if g["name"] == "procdelta.workload.map"]
+    (group,) = [g for g in groups if g["name"] == "procdelta.workload.rules"]
     assert [r["record"] for r in group["rules"]] == [
-        "namespace_workload_pod:procdelta_pod_owner:relabel"
+        "namespace_workload_pod:procdelta_pod_owner:relabel",
+        "namespace_workload:procdelta_pods_cpu_starved:ratio",
+        "namespace_workload:procdelta_pods_cpu_throttled:ratio",
     ]
     assert group.get("interval") == interval
     assert [g["name"] for g in groups if "interval" in g] == (
-        ["procdelta.workload.map"] if interval else []
+        ["procdelta.workload.rules"] if interval else []
     )
-    with pytest.raises(Exception, match="workloadMapInterval"):
-        render({"prometheusRule": {"enabled": True, "workloadMapInterval": "a minute"}})
+    with pytest.raises(Exception, match="workloadInterval"):
+        render({"prometheusRule": {"enabled": True, "workloadInterval": "a minute"}})
 
 
 def test_pod_alerts_fire_without_the_workload_map(tmp_path):
@@ -776,8 +808,8 @@ def test_pod_alerts_fire_without_the_workload_map(tmp_path):
     rules = rule_file({}, tmp_path / "nomap.rules.yml")
     spec = yaml.safe_load(rules.read_text())
     names = {g["name"] for g in spec["groups"]}
-    assert "procdelta.workload.map" in names
-    spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.map"]
+    assert "procdelta.workload.rules" in names
+    spec["groups"] = [g for g in spec["groups"] if g["name"] != "procdelta.workload.rules"]
     rules.write_text(yaml.safe_dump(spec))
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     fired = set()

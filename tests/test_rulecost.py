@@ -89,9 +89,9 @@ def test_the_page_has_every_family_of_the_collectors_own_page():
     families = re.compile(r"^# TYPE (\S+) (\w+)$", re.M)
     # the fleet's nodes have cgroup PSI: why a group waited is on the kernel's basis there,
     # never the interval's split of its run delay (the fixture has groups on both)
-    split = re.compile(r"_run_delay_(throttled|own_threads|neighbours)_")
+    split = re.compile(r"_run_delay_(throttled|own_threads|neighbours|runnable)_")
     interval_basis = {f for f in families.findall(golden) if split.search(f[0])}
-    assert len(interval_basis) == 6  # three causes, a gauge and a counter each
+    assert len(interval_basis) == 8  # three causes and their whole, a gauge and a counter each
     assert interval_basis and set(families.findall(golden)) - interval_basis <= set(
         families.findall(page)
     )

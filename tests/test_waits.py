@@ -228,6 +228,8 @@ def test_with_waits_splits_only_groups_with_both_sources():
     assert set(split) == {pod, cgroup_only}  # no cgroup delta: nothing to split by
     assert split[pod].run_delay_throttled_nanos == 4 * S // 5
     assert split[pod].run_delay_own_threads_nanos == split[pod].run_delay_neighbours_nanos == 0
+    assert split[pod].run_delay_runnable_nanos == S  # what the parts are parts of
+    assert split[cgroup_only].run_delay_runnable_nanos is None
     assert split[cgroup_only] == cgroups[cgroup_only]  # no process sums: nothing to split
     assert with_waits(intervals, cgroups, None) == cgroups  # the node unknown: no split
 

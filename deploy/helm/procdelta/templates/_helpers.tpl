@@ -150,8 +150,9 @@ Why each pod waited, each cause (`cause`) a share of the time it had work
 basis where the pod has it: wall time, over the time its tasks waited behind others' or
 throttled (CPU pressure `full`) plus its CPU, at most the wall time (exact for one thread;
 for several their CPU counts each, so a share over it is never more than the truth). Else
-on the interval's: its run delay's parts over its runnable thread-time. No series for an
-idle pod (0/0).
+on the interval's: its run delay's parts over its runnable thread-time in the passes split
+so (`run_delay_runnable_nanos`: a series only where a pass was, so that a node with PSI
+decodes nothing for this side). No series for an idle pod (0/0).
 */}}
 {{- define "procdelta.causeShares" -}}
 {{- $c := . -}}
@@ -169,39 +170,69 @@ or
     {{- end }}
 )
 / ignoring (cause) group_left ()
-  ({{ include "procdelta.podRate" (dict "c" $c "field" "run_delay_nanos") }} + {{ include "procdelta.podRate" (dict "c" $c "field" "on_cpu_nanos") }} > 0)
+  ({{ include "procdelta.podRate" (dict "c" $c "field" "run_delay_runnable_nanos") }} > 0)
 {{- end }}
 
 {{/*
-One cause's share per pod, without the `cause` label.
+The pods' findings (docs/findings.md), given (dict "c" <cluster label> "alerts" <the
+alerts' values>), each with its `finding` label and the share it is about as its value:
+starved (its tasks waited behind other groups' more than a share of the time it had
+work: its own limit and its own threads never count there), own_threads (behind its own;
+only while its alert is on), both while its cgroup uses some CPU (a pod of short
+processes counts); throttled (its own CPU quotas explain more than a share of that time,
+which a sidecar's periods cannot dilute, or more than a share of its CFS periods were
+throttled, kube-prometheus' CPUThrottlingHigh; the first where both hold). Each cause's
+share is compared before anything is joined, so that the joins see only the pods with
+a finding; the pods' CPU is selected once where the two floors are the same.
 */}}
-{{- define "procdelta.cause" -}}
-sum without (cause) (node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="{{ . }}"})
-{{- end }}
-
-{{/*
-The rules' pod conditions, each given (dict "c" <cluster label> "v" <the alert's values>).
-A pod waiting for one cause ("cause": neighbours, own_threads; "share": the alert's value
-naming its threshold) more than that share of the time it had work, while its cgroup uses
-some CPU (a pod of short processes counts); its value is that share. A starved pod waits
-behind other groups' tasks (the causes taken on the node, docs/reference.md §7): its own
-limit and its own threads never count there.
-*/}}
-{{- define "procdelta.busyPodsWaiting" -}}
-  {{ include "procdelta.cause" .cause }} > {{ index .v .share }}
-and
-  node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ .v.minCores }} * 1e9
-{{- end }}
-
-{{/*
-A throttled pod: the share of the time it had work its own CPU quotas explain, or the share
-of its CFS periods throttled (kube-prometheus' CPUThrottlingHigh), above a threshold. The
-first is not diluted by a sidecar's periods; its value is the first where both hold.
-*/}}
-{{- define "procdelta.throttledPods" -}}
-  {{ include "procdelta.cause" "throttled" }} > {{ .v.waitShare }}
-or
-  node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ .v.throttledShare }}
+{{- define "procdelta.findings" -}}
+{{- $c := .c -}}
+{{- $starved := .alerts.podCPUStarved -}}
+{{- $throttled := .alerts.podCPUThrottled -}}
+{{- $own := .alerts.podCPUOwnThreads -}}
+{{- $busy := list (list "neighbours" $starved.neighboursShare $starved.minCores) -}}
+{{- $oneFloor := true -}}
+{{- if and $own $own.enabled }}
+{{- $busy = append $busy (list "own_threads" $own.ownThreadsShare $own.minCores) }}
+{{- $oneFloor = eq (toString $starved.minCores) (toString $own.minCores) }}
+{{- end -}}
+label_replace(
+  label_replace(
+    label_replace(
+      {{- if $oneFloor }}
+        (
+          {{- range $i, $b := $busy }}
+          {{- if $i }}
+          or
+          {{- end }}
+            node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="{{ index $b 0 }}"} > {{ index $b 1 }}
+          {{- end }}
+        )
+        and on ({{ $c }}, node, namespace, pod)
+          node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ $starved.minCores }} * 1e9
+      {{- else }}
+      {{- range $i, $b := $busy }}
+        {{ if $i }}or
+        {{ end }}(
+            node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="{{ index $b 0 }}"} > {{ index $b 1 }}
+          and on ({{ $c }}, node, namespace, pod)
+            node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m > {{ index $b 2 }} * 1e9
+        )
+      {{- end }}
+      {{- end }}
+      or
+        node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="throttled"} > {{ $throttled.waitShare }}
+      or
+        label_replace(
+          node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ $throttled.throttledShare }},
+          "cause", "throttled", "", ""
+        ),
+      "finding", "$1", "cause", "(.+)"
+    ),
+    "finding", "starved", "finding", "neighbours"
+  ),
+  "cause", "", "", ""
+)
 {{- end }}
 
 {{/*
