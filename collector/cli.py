@@ -525,6 +525,15 @@ def raise_open_files_limit() -> None:
         help="Serve /processes: each process's delta of the last pass, with its PID and "
         "16-byte name (never its command line), to whoever may scrape.",
     ),
+    _option(
+        "--web.processes.storage-bytes/--no-web.processes.storage-bytes",
+        "storage_bytes",
+        default=False,
+        show_default=True,
+        help="Serve each process's storage bytes in /processes to every client, not only "
+        "to those --web.config.file authenticates (the kernel shows /proc/<pid>/io to its "
+        "owner alone).",
+    ),
 )
 @shared_options
 def serve(
@@ -535,6 +544,7 @@ def serve(
     web_config_file: str | None,
     max_requests: int,
     processes: bool,
+    storage_bytes: bool,
 ) -> None:
     """Serve the per-pod counters to Prometheus, on /metrics and /healthz.
 
@@ -545,7 +555,7 @@ def serve(
     from collector.listener import Limits
 
     try:
-        web = webconfig.load(web_config_file) if web_config_file else None
+        web = webconfig.WebConfigFile(web_config_file) if web_config_file else None
     except webconfig.WebConfigError as error:
         raise BadInput(f"--web.config.file {error}") from None
 
@@ -566,6 +576,7 @@ def serve(
             Limits(max_requests=max_requests),
             processes=processes,
             cgroup_fields=options.cgroup,
+            storage_bytes=storage_bytes,
         )
     except CannotBind as error:  # a right address the host refuses: in use, say
         raise click.ClickException(f"--web.listen-address {error}") from None
@@ -574,18 +585,19 @@ def serve(
     host, port = server.server_address[:2]
     log.info(
         "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "max_requests=%d processes=%s telemetry_path=%s procfs=%s cgroupfs=%s pod_logs=%s "
-        "container_logs=%s per_container=%s pods_only=%s cgroup=%s pressure=%s "
+        "max_requests=%d processes=%s storage_bytes=%s telemetry_path=%s procfs=%s cgroupfs=%s "
+        "pod_logs=%s container_logs=%s per_container=%s pods_only=%s cgroup=%s pressure=%s "
         "interval_gauges=%s totals=%s",
         __version__,
         interval,
         listen_address,
         host,
         port,
-        bool(web and web.tls),
-        bool(web and web.users),
+        bool(web and web.current().tls),
+        bool(web and web.current().users),
         max_requests,
         processes,
+        storage_bytes or bool(web and web.current().authenticates),
         telemetry_path,
         options.procfs,
         options.cgroupfs,
@@ -611,16 +623,33 @@ def serve(
     # Passes render in a background thread; a short switch interval lets a scrape take
     # the interpreter from it within a millisecond instead of five.
     sys.setswitchinterval(0.001)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    # SIGTERM and SIGINT stop it; SIGHUP (what systemd's reload and many supervisors send)
+    # re-reads --web.config.file, and is harmless without one. The handlers only say what
+    # came; the main thread does it.
+    wake = threading.Event()
+    came: set[int] = set()
+
+    def signalled(signum: int, _frame: object) -> None:
+        came.add(signum)
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signalled)
     loop.start()
     # An idle collector wakes for its passes and its scrapes, and else only for a kept-alive
     # connection's deadline: the HTTP event loop sleeps until a socket or a deadline needs
     # it, the main thread until a signal.
     serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     serving.start()
-    stop.wait()
+    while not came & {signal.SIGTERM, signal.SIGINT}:
+        wake.wait()
+        wake.clear()
+        if signal.SIGHUP in came:
+            came.discard(signal.SIGHUP)
+            if web is None:
+                log.info("SIGHUP: no --web.config.file to reload; carrying on")
+            else:
+                web.reload()
     log.info("stopping")
     watchdog = threading.Timer(STOP_SECONDS, _stuck_stopping)
     watchdog.daemon = True

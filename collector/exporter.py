@@ -41,8 +41,8 @@ from collector.listener import Deferred, Limits, Listener, Request, Response, pl
 from collector.model import CgroupFields, Fields
 from collector.output import counted
 from collector.privileges import refused_reads
-from collector.processes import PassView, Query, QueryError
-from collector.webconfig import WebConfig
+from collector.processes import STORAGE_FIELDS, PassView, Query, QueryError
+from collector.webconfig import WebConfig, WebConfigFile
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,13 @@ PROCESSES_LINK = """
 <code>?namespace=&amp;pod=&amp;sort=&amp;limit=</code>)</li>"""
 
 
+STORAGE_REFUSED = (
+    "forbidden: sort={sort}: a process's storage bytes (/proc/<pid>/io, its owner's alone) "
+    "are served only to clients the web configuration authenticates (basic auth, or "
+    "RequireAndVerifyClientCert), or to all with --web.processes.storage-bytes"
+)
+
+
 class MetricsServer(Listener):
     """Serves the current snapshot on `collector.listener`'s bounded HTTP/1.1 listener:
     `telemetry_path`, `/healthz`, `/processes` (unless `processes` is off) and the
@@ -284,16 +291,20 @@ class MetricsServer(Listener):
         family: int,
         passes: PassLoop,
         telemetry_path: str,
-        web: WebConfig | None = None,
+        web: WebConfig | WebConfigFile | None = None,
         limits: Limits | None = None,
         processes: bool = True,
         cgroup_fields: bool = True,
+        storage_bytes: bool = False,
     ):
         self.passes = passes
         self.telemetry_path = telemetry_path
-        self.web = web or WebConfig()
+        self.web = web or WebConfig()  # .current(): the configuration in force
         self.processes = processes  # /processes served (docs/reference.md §8)
         self.cgroup_fields = cgroup_fields  # the groups in its answer carry the §7 fields
+        # each process's storage bytes to every client, not only to those the web
+        # configuration authenticates (--web.processes.storage-bytes)
+        self.storage_bytes = storage_bytes
         self.live = LiveMetrics()
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -306,19 +317,24 @@ class MetricsServer(Listener):
         except OSError:
             sock.close()
             raise
-        super().__init__(sock, self.handle, self.web.tls, limits)
+        super().__init__(sock, self.handle, self.web.current().tls, limits)
+
+    def tls_server(self):
+        """The TLS of a new connection: the web configuration's in force."""
+        return self.web.current().tls
 
     def handle(self, request: Request) -> Response | Deferred:
+        web = self.web.current()
         header = request.headers.get("authorization")
-        known = self.web.remembered(header)
+        known = web.remembered(header)
         if known is None:  # a bcrypt check: in the worker thread, not on the event loop
             return Deferred(
-                lambda: self._route(request) if self.web.authorized(header) else UNAUTHORIZED,
+                lambda: self._route(request, web) if web.authorized(header) else UNAUTHORIZED,
                 gate=True,  # holds no --web.max-requests place while it waits
             )
-        return self._route(request) if known else UNAUTHORIZED
+        return self._route(request, web) if known else UNAUTHORIZED
 
-    def _route(self, request: Request) -> Response | Deferred:
+    def _route(self, request: Request, web: WebConfig) -> Response | Deferred:
         path = request.path
         if path == self.telemetry_path:
             return self._metrics(request)
@@ -326,7 +342,7 @@ class MetricsServer(Listener):
             ok, reason = self.passes.healthy()
             return plain(200 if ok else 503, reason)
         if path == "/processes":
-            return self._processes(request)
+            return self._processes(request, self.storage_bytes or web.authenticates)
         if path == "/":
             page = LANDING.format(
                 version=__version__,
@@ -336,21 +352,25 @@ class MetricsServer(Listener):
             return Response(200, page.encode(), "text/html; charset=utf-8")
         return plain(404, "not found")
 
-    def _processes(self, request: Request) -> Response | Deferred:
+    def _processes(self, request: Request, storage_bytes: bool) -> Response | Deferred:
         """The last completed pass's processes (docs/reference.md §8), made on request in
         the listener's views thread: the event loop, and so every scrape of /metrics,
-        never waits for it, and it waits for no pass."""
+        never waits for it, and it waits for no pass. A client the web configuration does
+        not authenticate gets no process's storage bytes, which `/proc` shows the
+        process's owner alone (unless --web.processes.storage-bytes)."""
         if not self.processes:
             return plain(404, "not found: the processes view is off (--no-web.processes)")
         try:
             query = Query.parse(request.query)
         except QueryError as error:
             return plain(400, str(error))
+        if not storage_bytes and query.sort in STORAGE_FIELDS:
+            return plain(403, STORAGE_REFUSED.format(sort=query.sort))
         view = self.passes.snapshot().view
         cgroup_fields = self.cgroup_fields
 
         def answer() -> Response:
-            body = json.dumps(view.document(query, cgroup_fields)) + "\n"
+            body = json.dumps(view.document(query, cgroup_fields, storage_bytes)) + "\n"
             return Response(200, body.encode(), "application/json")
 
         return Deferred(answer, aside=True)  # no --web.max-requests place while it is made
@@ -394,10 +414,11 @@ def make_server(
     address: str,
     loop: PassLoop,
     telemetry_path: str,
-    web: WebConfig | None = None,
+    web: WebConfig | WebConfigFile | None = None,
     limits: Limits | None = None,
     processes: bool = True,
     cgroup_fields: bool = True,
+    storage_bytes: bool = False,
 ) -> MetricsServer:
     """Bind the HTTP server now, so that a bad address fails before anything starts."""
     host, port = parse_listen_address(address)
@@ -415,7 +436,15 @@ def make_server(
     for family, bind_to in candidates:
         try:
             return MetricsServer(
-                bind_to, family, loop, telemetry_path, web, limits, processes, cgroup_fields
+                bind_to,
+                family,
+                loop,
+                telemetry_path,
+                web,
+                limits,
+                processes,
+                cgroup_fields,
+                storage_bytes,
             )
         except OSError as error:
             last_error = error

@@ -213,8 +213,9 @@ class _Connection(asyncio.Protocol):
         if counts.connections > listener.limits.max_connections and counts.waiting:
             oldest, _ = counts.waiting.popitem(last=False)
             oldest.abort("evicted: too many connections")
-        if listener.tls is not None:
-            self.tls = listener.tls.session()
+        tls = listener.tls_server()
+        if tls is not None:
+            self.tls = tls.session()
         self._wait(listener.limits.header_timeout, "no whole request in time")
 
     def data_received(self, data: bytes) -> None:
@@ -605,6 +606,10 @@ class Listener:
     @property
     def server_address(self) -> tuple:
         return self.socket.getsockname()
+
+    def tls_server(self) -> tlslib.Server | None:
+        """The TLS a new connection is served with (a subclass may change it over time)."""
+        return self.tls
 
     def _protocol(self) -> _Connection:
         connection = _Connection(self)

@@ -29,6 +29,11 @@ from collector.tracker import ProcessDelta
 SORT_FIELDS: tuple[str, ...] = FIELD_NAMES[1:]
 """What `sort` takes: every field of docs/reference.md §3 but `processes` (1 for each)."""
 
+STORAGE_FIELDS: tuple[str, ...] = ("read_bytes", "write_bytes")
+"""A process's storage bytes (`/proc/<pid>/io`), which the kernel shows its owner alone
+(mode 0400 since CVE-2011-2495: another user's write counts leak what it types): the view
+withholds them from a client the listener does not authenticate, unless told otherwise."""
+
 DEFAULT_SORT = "run_delay_nanos"
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100_000
@@ -183,9 +188,9 @@ def _matcher(query: Query) -> Callable[[Group | None], bool]:
     return matches
 
 
-def process_row(row: Row) -> dict[str, object]:
+def process_row(row: Row, names: Sequence[str] = SORT_FIELDS) -> dict[str, object]:
     """A process as docs/reference.md §8 gives it: pid, comm, group, threads, then the
-    fields of §3 but `processes`."""
+    fields of §3 but `processes` (those of `names`)."""
     item: dict[str, object] = {
         "pid": row.pid,
         "comm": row.comm,
@@ -193,7 +198,7 @@ def process_row(row: Row) -> dict[str, object]:
         "threads": row.threads,
     }
     fields = row.fields
-    item.update((name, getattr(fields, name)) for name in SORT_FIELDS)
+    item.update((name, getattr(fields, name)) for name in names)
     return item
 
 
@@ -232,11 +237,18 @@ class PassView:
             result.cgroup_intervals,
         )
 
-    def document(self, query: Query, cgroup_fields: bool = True) -> dict[str, object]:
+    def document(
+        self, query: Query, cgroup_fields: bool = True, storage_bytes: bool = True
+    ) -> dict[str, object]:
         """The response of docs/reference.md §8: the pass's interval and instant, the
         processes, and the groups they belong to (those the query's filters match, or
         with none, those of the processes listed) as `once --format json` gives them, so
-        that a process reads beside its group's own cgroup of the same pass."""
+        that a process reads beside its group's own cgroup of the same pass. Without
+        `storage_bytes`, no process has its STORAGE_FIELDS, and "withheld" names them
+        (its groups' sums keep theirs: /metrics serves them)."""
+        if not storage_bytes and query.sort in STORAGE_FIELDS:
+            raise QueryError(f"sort={query.sort}: this client is not served storage bytes")
+        names = SORT_FIELDS if storage_bytes else _WITHOUT_STORAGE
         rows = self.table.rows(query)
         if query.filters:
             groups = self.table.groups(query)
@@ -256,12 +268,18 @@ class PassView:
             )
             return -used, group.labels
 
-        return {
+        document: dict[str, object] = {
             "interval_seconds": None if self.interval_ns is None else self.interval_ns / 1e9,
             "timestamp": self.timestamp,
-            "processes": [process_row(row) for row in rows],
+            "processes": [process_row(row, names) for row in rows],
             "groups": [
                 group_row(g, self.intervals.get(g), self.cgroup_intervals.get(g), cgroup_fields)
                 for g in sorted(groups, key=cpu)
             ],
         }
+        if not storage_bytes:
+            document["withheld"] = list(STORAGE_FIELDS)
+        return document
+
+
+_WITHOUT_STORAGE = tuple(name for name in SORT_FIELDS if name not in STORAGE_FIELDS)

@@ -9,7 +9,10 @@
     basic_auth_users:
       alice: $2y$10$...              # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
 
-Everything is checked when the file is loaded, so a bad file fails at start-up.
+Everything is checked when the file is loaded, so a bad file fails at start-up. `serve`
+re-reads it as exporter-toolkit does (`WebConfigFile`): a change to it, or to the files it
+names, takes effect at the next request or connection, and a file that no longer loads
+keeps the last good configuration in force, said once in the log.
 """
 
 from __future__ import annotations
@@ -17,15 +20,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import os
 import ssl
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import bcrypt
 import yaml
 
 from collector import tls as tlslib
+
+log = logging.getLogger("procdelta")
 
 
 class WebConfigError(ValueError):
@@ -72,10 +80,25 @@ class WebConfig:
     _verified: set[bytes] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _bcrypt: threading.Lock = field(default_factory=threading.Lock)
+    files: tuple[str, ...] = ()  # the files it was read from: its own, then those it names
+    client_auth: str = "NoClientCert"  # tls_server_config's client_auth_type
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether every client is someone: basic auth users, or TLS that wants a client
+        certificate its CA verified (`RequireAndVerifyClientCert`); any certificate
+        (`RequireAnyClientCert`) proves nothing."""
+        return bool(self.users) or (
+            self.tls is not None and self.client_auth == "RequireAndVerifyClientCert"
+        )
 
     def __post_init__(self) -> None:
         if self.users and not self._dummy:
             self._dummy = _dummy_hash(self.users)
+
+    def current(self) -> WebConfig:
+        """The configuration in force: this one (a `WebConfigFile` re-reads its file)."""
+        return self
 
     def remembered(self, header: str | None) -> bool | None:
         """`authorized(header)` when it needs no bcrypt check (no users, a malformed
@@ -162,10 +185,13 @@ def load(path: str) -> WebConfig:
     if unknown:
         raise WebConfigError(f"{path}: unknown or unsupported field {sorted(unknown)[0]!r}")
     base = os.path.dirname(os.path.abspath(path))
-    config = WebConfig()
+    config = WebConfig(files=(path,))
     tls = document.get("tls_server_config")
     if tls is not None:
         config.tls = _tls_server(path, base, tls)
+        config.client_auth = str(tls.get("client_auth_type", "NoClientCert"))
+        names = ("cert_file", "key_file", "client_ca_file")
+        config.files += tuple(os.path.join(base, str(tls[n])) for n in names if n in tls)
     users = document.get("basic_auth_users") or {}
     if not isinstance(users, dict):
         raise WebConfigError(f"{path}: basic_auth_users: want user: bcrypt-hash pairs")
@@ -179,6 +205,83 @@ def load(path: str) -> WebConfig:
     if config.users:
         config._dummy = _dummy_hash(config.users)
     return config
+
+
+class WebConfigFile:
+    """`--web.config.file`, re-read as exporter-toolkit re-reads it, so that rotating a
+    Kubernetes Secret (a user removed, a password or a certificate changed) needs no
+    restart. At most once every `every` seconds, at a request or a connection, the file and
+    the files it names are looked at (their inode, size and times: a Secret's update swaps a
+    symbolic link); where one changed, the file is loaded anew and replaces the
+    configuration in force, remembered passwords included. A file that no longer loads
+    (not YAML, deleted, a certificate missing) leaves the last good configuration in force
+    and is said once in the log, until it changes again. Turning TLS on or off takes a
+    restart, as in exporter-toolkit: such a file is refused the same way. `reload()`
+    re-reads it at once (SIGHUP)."""
+
+    def __init__(
+        self, path: str, every: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ):
+        self.path = path
+        self.every = every
+        self.monotonic = monotonic
+        self._config = load(path)  # a bad file fails at start-up
+        self._stamp = _stamp(self._config.files)
+        self._next = monotonic() + every
+        self._failure: str | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> WebConfig:
+        """The configuration in force, re-read first where its files changed."""
+        if self.monotonic() < self._next:
+            return self._config
+        return self._check(force=False)
+
+    def reload(self) -> WebConfig:
+        """Re-read the file now, changed or not, and say what came of it."""
+        return self._check(force=True)
+
+    def _check(self, force: bool) -> WebConfig:
+        with self._lock:
+            self._next = self.monotonic() + self.every
+            stamp = _stamp(self._config.files)
+            if stamp == self._stamp and not force:
+                return self._config
+            self._stamp = stamp
+            try:
+                config = load(self.path)
+                if (config.tls is None) != (self._config.tls is None):
+                    raise WebConfigError(f"{self.path}: turning TLS on or off takes a restart")
+            except WebConfigError as error:
+                if force or str(error) != self._failure:
+                    log.error("--web.config.file not reloaded, the last good one stays: %s", error)
+                self._failure = str(error)
+                return self._config
+            self._failure = None
+            self._config = config
+            self._stamp = _stamp(config.files)
+            log.info(
+                "--web.config.file reloaded from %s: tls=%s basic_auth=%s users=%d",
+                self.path,
+                config.tls is not None,
+                bool(config.users),
+                len(config.users),
+            )
+            return config
+
+
+def _stamp(paths: tuple[str, ...]) -> tuple:
+    """What tells that a file changed: its device, inode, size and times, or why it
+    cannot be looked at."""
+    stamps = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError as error:
+            stamps.append((path, error.errno))
+        else:
+            stamps.append((path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(stamps)
 
 
 def _tls_server(path: str, base: str, tls: object) -> tlslib.Server:

@@ -739,8 +739,8 @@ def _mutants() -> Iterator[Mutant]:
     # -- collector/exporter.py: the routes' guards ------------------------------------------
     yield m(
         "exporter/healthz-unguarded", EXPORTER,
-        "known = self.web.remembered(header)",
-        'known = True if request.path == "/healthz" else self.web.remembered(header)',
+        "known = web.remembered(header)",
+        'known = True if request.path == "/healthz" else web.remembered(header)',
         "/healthz answers without credentials under basic auth",
     )  # fmt: skip
     yield m(

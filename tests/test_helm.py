@@ -311,7 +311,9 @@ def serving_as_rendered(daemonset: dict) -> Iterator[tuple[int, int]]:
 
 def test_the_processes_view_is_on_by_default_and_a_value_turns_it_off(tmp_path):
     """By default the DaemonSet's serve answers `/processes`, listing serve itself under
-    its own PID; `processes.enabled: false` renders `--no-web.processes`, and it answers 404."""
+    its own PID, without its storage bytes (no web configuration authenticates the client);
+    `processes.storageBytes: true` serves them; `processes.enabled: false` renders
+    `--no-web.processes`, and it answers 404."""
     logs = {"podLogs": str(tmp_path / "pods"), "containerLogs": str(tmp_path / "containers")}
     for path in logs.values():
         os.mkdir(path)
@@ -330,6 +332,16 @@ def test_the_processes_view_is_on_by_default_and_a_value_turns_it_off(tmp_path):
         assert row["threads"] >= 2 and row["on_cpu_nanos"] > 0
         with open(f"/proc/{pid}/comm") as comm:
             assert row["comm"] == comm.read().rstrip("\n")
+        assert "write_bytes" not in row  # to no unauthenticated client by default
+    opened = only(render({**values, "processes": {"storageBytes": True}}), "DaemonSet")
+    assert (
+        "--web.processes.storage-bytes"
+        in opened["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    with serving_as_rendered(opened) as (port, pid):
+        status, _, body = request(port, "/processes?sort=write_bytes&limit=0")
+        assert status == 200, body
+        assert all("write_bytes" in row for row in json.loads(body)["processes"])
     off = only(render({**values, "processes": {"enabled": False}}), "DaemonSet")
     (container,) = off["spec"]["template"]["spec"]["containers"]
     assert "--no-web.processes" in container["args"]

@@ -228,6 +228,63 @@ def test_processes_sit_behind_the_same_basic_auth(tmp_path):
         assert request(port, "/processes?limit=x", right)[0] == 400
 
 
+STORAGE = {"read_bytes", "write_bytes"}
+
+
+def test_no_client_gets_more_than_proc_would_give_it(tmp_path):
+    """A process's storage bytes (/proc/<pid>/io, shown by the kernel to its owner alone)
+    go only to a client the web configuration authenticates, or to every client where the
+    operator said so (--web.processes.storage-bytes); anyone else gets the rest of each
+    process, the document naming what it withheld, and a 403 for a sort by them (its
+    order would tell them). The groups' sums keep theirs, as /metrics serves them. On
+    this machine's own processes, two real passes apart."""
+    loop = PassLoop(build_engine(Options("/proc", str(tmp_path), str(tmp_path), False, False)), 1.0)
+    loop.run_pass()
+    time.sleep(0.2)
+    loop.run_pass()
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    cases = (
+        ({}, {}, False),  # the default: no web configuration
+        ({"storage_bytes": True}, {}, True),
+        ({"web": webconfig.load(str(config))}, right, True),
+    )
+    for server, headers, served in cases:
+        with serving(loop, **server) as port:
+            status, _, body = request(port, "/processes?limit=0", headers)
+            assert status == 200
+            document = json.loads(body)
+            rows = document["processes"]
+            assert len(rows) > 5 and all(row["pid"] > 0 for row in rows)
+            assert all(set(row) >= {"on_cpu_nanos", "run_delay_nanos"} for row in rows)
+            assert all(bool(set(row) >= STORAGE) == served for row in rows), server
+            assert ("withheld" in document) != served
+            assert all(set(group) >= STORAGE for group in document["groups"])
+            status, _, body = request(port, "/processes?sort=write_bytes", headers)
+            if served:
+                assert status == 200
+            else:
+                text = body.decode()
+                assert status == 403 and text.count("\n") == 1
+                assert "--web.processes.storage-bytes" in text and "authenticates" in text
+
+
+def test_only_verified_client_certificates_or_users_authenticate():
+    def config(auth: str | None, users: bool = False) -> webconfig.WebConfig:
+        tls = None if auth is None else object()
+        hashed = {"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))} if users else {}
+        return webconfig.WebConfig(tls=tls, users=hashed, client_auth=auth or "NoClientCert")
+
+    assert not config(None).authenticates
+    assert config(None, users=True).authenticates
+    assert config("RequireAndVerifyClientCert").authenticates
+    for mode in ("NoClientCert", "RequestClientCert", "RequireAnyClientCert",
+                 "VerifyClientCertIfGiven"):  # fmt: skip
+        assert not config(mode).authenticates, mode
+
+
 def test_a_scrape_never_waits_for_the_view_nor_the_view_for_a_pass(monkeypatch):
     """A view held in its worker thread: /metrics and /healthz answer meanwhile. A pass
     held in the passes thread: /processes answers from the last completed pass."""
@@ -324,7 +381,7 @@ def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
         ahead = {pid: _schedstat(pid) for pid in pids}
         loop.run_pass()
         behind = {pid: _schedstat(pid) for pid in pids}
-        with serving(loop) as port:
+        with serving(loop, storage_bytes=True) as port:
             status, _, body = request(port, "/processes?namespace=shop&pod=web-0")
             assert status == 200
             mine = json.loads(body)
@@ -518,9 +575,9 @@ def hold_views(monkeypatch, held: threading.Event | threading.Semaphore, release
     for `release` (at most 30 s) before it is made."""
     made = PassView.document
 
-    def slow_document(self, query, cgroup_fields=True):
+    def slow_document(self, query, cgroup_fields=True, storage_bytes=True):
         held.release() if isinstance(held, threading.Semaphore) else held.set()
         release.wait(30)
-        return made(self, query, cgroup_fields)
+        return made(self, query, cgroup_fields, storage_bytes)
 
     monkeypatch.setattr(PassView, "document", slow_document)

@@ -59,10 +59,12 @@ class CountingEngine:
 
 
 @contextlib.contextmanager
-def serving(loop: PassLoop, path: str = "/metrics", web=None, limits=None) -> Iterator[int]:
+def serving(
+    loop: PassLoop, path: str = "/metrics", web=None, limits=None, storage_bytes=False
+) -> Iterator[int]:
     """An in-process server of `loop` on 127.0.0.1 (with a web configuration and the
-    listener's limits, if given): its port."""
-    server = make_server("127.0.0.1:0", loop, path, web, limits)
+    listener's limits, if given; `storage_bytes`: --web.processes.storage-bytes): its port."""
+    server = make_server("127.0.0.1:0", loop, path, web, limits, storage_bytes=storage_bytes)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:

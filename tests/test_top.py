@@ -325,7 +325,9 @@ def test_the_served_document_comes_through_whole():
         result = procdelta("top", "--from", f"http://127.0.0.1:{port}", "--format", "json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert set(document) == {"interval_seconds", "timestamp", "processes", "groups"}
+    # without credentials: no process's storage bytes, and the document says so
+    assert set(document) == {"interval_seconds", "timestamp", "processes", "groups", "withheld"}
+    assert document["withheld"] == ["read_bytes", "write_bytes"]
     assert document["processes"] == []  # the counting engine keeps no process table
 
 

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import http.client
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -416,3 +417,129 @@ def test_remembered_credentials_are_one_per_password_bcrypt_reads():
         header = "Basic " + base64.b64encode(b"bob:" + password + suffix).decode()
         assert config.authorized(header)
     assert len(config._verified) == 1
+
+
+# -- the file re-read -----------------------------------------------------------------------
+
+
+def users_config(directory: Path, **passwords: str) -> Path:
+    lines = [f"  {user}: '{bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()}'"
+             for user, pw in passwords.items()]  # fmt: skip
+    path = directory / "web.yml"
+    # a Secret's update: the new file is written aside and renamed over the old one
+    aside = directory / "web.yml.new"
+    aside.write_text("basic_auth_users:\n" + "\n".join(lines) + "\n")
+    aside.replace(path)
+    return path
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def auth(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_a_changed_web_config_takes_effect_without_a_restart(tmp_path, caplog):
+    """As exporter-toolkit re-reads its file: a user removed and a password changed take
+    effect at the first look after the change (at most once a second), remembered
+    passwords included; a file that no longer loads keeps the last good one, said once."""
+    clock = Clock()
+    users_config(tmp_path, alice="old", bob="bob")
+    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock)
+    assert web.current().authorized(auth("alice", "old"))
+    assert web.current().authorized(auth("bob", "bob"))
+    users_config(tmp_path, alice="new")
+    assert web.current().authorized(auth("bob", "bob"))  # not looked at again within 1 s
+    clock.now += 1
+    assert not web.current().authorized(auth("bob", "bob"))  # removed
+    assert not web.current().authorized(auth("alice", "old"))  # remembered, then forgotten
+    assert web.current().authorized(auth("alice", "new"))
+    good = web.current()
+    caplog.set_level("INFO", logger="procdelta")
+    for broken in ("basic_auth_users: [not, a, mapping\n", None):
+        caplog.clear()
+        if broken is None:
+            (tmp_path / "web.yml").unlink()
+        else:
+            (tmp_path / "web.yml").write_text(broken)
+        for _ in range(3):
+            clock.now += 1
+            assert web.current() is good
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert "not reloaded, the last good one stays" in line
+        assert ("not YAML" if broken else "No such file") in line
+    users_config(tmp_path, carol="c")
+    clock.now += 1
+    assert web.current().authorized(auth("carol", "c"))
+    assert "reloaded" in caplog.records[-1].getMessage()
+
+
+def test_a_certificate_renewed_in_place_is_served_to_new_connections(pki, tmp_path):
+    """The files the configuration names are looked at too: a certificate and key
+    replaced under the same names (cert-manager's renewal) reach the next connection."""
+    # before: a certificate the client does not trust (self-signed, another name)
+    shutil.copy(pki / "stranger.crt", tmp_path / "server.crt")
+    shutil.copy(pki / "stranger.key", tmp_path / "server.key")
+    config = write_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n"
+                          "  key_file: server.key\n")  # fmt: skip
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    web = webconfig.WebConfigFile(str(config), every=0)
+    with serving(loop, web=web) as port:
+        context = client_context(pki)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            get(port, context)
+        for name in ("server.crt", "server.key"):  # renewed: the CA's, for 127.0.0.1
+            shutil.copy(pki / name, tmp_path / name)
+        assert get(port, context) == 200
+
+
+def test_tls_turned_on_or_off_takes_a_restart(pki, tmp_path, caplog):
+    for name in ("server.crt", "server.key"):
+        shutil.copy(pki / name, tmp_path / name)
+    clock = Clock()
+    config = write_config(tmp_path, users_block())
+    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    before = web.current()
+    write_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    clock.now += 1
+    assert web.current() is before and before.tls is None
+    assert "turning TLS on or off takes a restart" in caplog.text
+
+
+def test_sighup_reloads_the_web_config_and_does_not_stop_serve(tmp_path):
+    """SIGHUP (systemd's reload) re-reads --web.config.file at once and is logged; without
+    one it is logged and harmless. `serve` answers on, and stops on SIGTERM as before."""
+    config = users_config(tmp_path, alice="old")
+    port = free_port()
+    process = start_serve(port, "--web.config.file", str(config))
+    try:
+        wait_until(lambda: get(port, None, "alice", "old") == 200, 30, "serve answering")
+        users_config(tmp_path, alice="new")
+        process.send_signal(signal.SIGHUP)
+        wait_until(lambda: get(port, None, "alice", "new") == 200, 10, "the new password")
+        assert get(port, None, "alice", "old") == 401
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr
+    assert "reloaded from" in stderr and "Traceback" not in stderr
+
+    port = free_port()
+    process = start_serve(port)
+    try:
+        wait_until(lambda: get(port, None) == 200, 30, "serve answering")
+        process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert process.poll() is None and get(port, None) == 200
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr
+    assert "SIGHUP: no --web.config.file to reload" in stderr and "Traceback" not in stderr
