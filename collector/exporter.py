@@ -37,7 +37,7 @@ from collector.exposition import (
     gzip_member,
 )
 from collector.groups import Group
-from collector.listener import Deferred, Limits, Listener, Request, Response, plain
+from collector.listener import Deferred, Limits, Listener, Request, Response, accepted, plain
 from collector.model import CgroupFields, Fields
 from collector.output import counted
 from collector.privileges import refused_reads
@@ -243,12 +243,9 @@ class LiveMetrics:
 
 
 def wants_openmetrics(accept: str | None) -> bool:
-    """Content negotiation as Prometheus does it: OpenMetrics only when asked for."""
-    if not accept:
-        return False
-    return any(
-        part.split(";")[0].strip() == "application/openmetrics-text" for part in accept.split(",")
-    )
+    """Content negotiation as Prometheus does it: OpenMetrics only when asked for (listed,
+    with a weight above 0; `*/*` is the text format)."""
+    return accepted(accept, "application/openmetrics-text", wildcard=None)
 
 
 LANDING = """<!DOCTYPE html>
@@ -378,7 +375,7 @@ class MetricsServer(Listener):
     def _metrics(self, request: Request) -> Response:
         snapshot = self.passes.snapshot()
         openmetrics = wants_openmetrics(request.headers.get("accept"))
-        gzip_ok = "gzip" in request.headers.get("accept-encoding", "")
+        gzip_ok = accepted(request.headers.get("accept-encoding"), "gzip")
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         # Concatenated gzip members are one valid gzip stream (RFC 1952 §2.2).
         body = snapshot.page.body(openmetrics, gzip_ok) + self.live.page(openmetrics, gzip_ok)

@@ -35,6 +35,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+import re
 import resource
 import socket
 import threading
@@ -103,6 +104,9 @@ class Response:
             f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Unknown')}",
             f"Content-Type: {self.content_type}",
             f"Content-Length: {len(self.body)}",
+            # a browser never reads an answer as another type than it says (an error's
+            # text naming what the client sent as HTML, say)
+            "X-Content-Type-Options: nosniff",
         ]
         lines.extend(f"{name}: {value}" for name, value in self.headers)
         if close:
@@ -153,14 +157,27 @@ class RefusalLog:
         self._lock = threading.Lock()
 
     def refused(self, client: str, reason: str) -> None:
+        held = self._turn()
+        if held is not None:
+            more = f" (and {held} more refused since the last line)" if held else ""
+            log.info("refused %s: %s%s", client, reason, more)
+
+    def failed(self, what: str) -> None:
+        """A failure of the server's own, at error level, as seldom."""
+        held = self._turn()
+        if held is not None:
+            more = f" (and {held} more failures since the last line)" if held else ""
+            log.error("%s%s", what, more)
+
+    def _turn(self) -> int | None:
+        """The lines held back since the last, where this one may be written; else None."""
         now = self.monotonic()
         with self._lock:
             if now < self._next:
                 self._held += 1
-                return
+                return None
             held, self._held, self._next = self._held, 0, now + self.every
-        more = f" (and {held} more refused since the last line)" if held else ""
-        log.info("refused %s: %s%s", client, reason, more)
+        return held
 
 
 @dataclass
@@ -286,6 +303,10 @@ class _Connection(asyncio.Protocol):
             del self.buffer[: len(self.buffer) - len(self.buffer.lstrip(b"\r\n"))]
             self.scanned = 0
         end = self.buffer.find(b"\r\n\r\n", self.scanned)
+        if _bare_lf(self.buffer, self.scanned, len(self.buffer) if end < 0 else end):
+            # a line ended by LF alone: refused at once, not left to the head's deadline
+            self._refuse(400, "a line of the request head ends without CR")
+            return None
         if end < 0:
             # a head trickled in a byte at a time is scanned once, not once per byte
             self.scanned = max(0, len(self.buffer) - 3)
@@ -318,7 +339,7 @@ class _Connection(asyncio.Protocol):
         try:
             answer = listener.handler(request)
         except Exception as error:
-            answer = _failed(request, error)
+            answer = _failed(request, error, self.listener.failures)
         self._dispatch(request, close, answer, proceed=False)
 
     def _dispatch(
@@ -376,7 +397,7 @@ class _Connection(asyncio.Protocol):
         try:
             answer = await self.loop.run_in_executor(executor, deferred.work)
         except Exception as error:
-            answer = _failed(request, error)
+            answer = _failed(request, error, self.listener.failures)
         finally:
             if deferred.gate:
                 listener.counts.gates -= 1
@@ -391,7 +412,7 @@ class _Connection(asyncio.Protocol):
         try:
             answer = await self.loop.run_in_executor(self.listener.views, deferred.work)
         except Exception as error:
-            answer = _failed(request, error)
+            answer = _failed(request, error, self.listener.failures)
         if self._respond(request, close, answer):
             self._finish(close, proceed=True)
 
@@ -523,9 +544,50 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _failed(request: Request, error: Exception) -> Response:
-    log.error("answering %s %s failed: %r", request.method, request.path, error)
+def _bare_lf(buffer: bytearray, start: int, end: int) -> bool:
+    """Whether an LF not preceded by CR lies in buffer[start:end]."""
+    at = buffer.find(b"\n", start, end)
+    while at >= 0:
+        if at == 0 or buffer[at - 1] != 0x0D:
+            return True
+        at = buffer.find(b"\n", at + 1, end)
+    return False
+
+
+def _failed(request: Request, error: Exception, failures: RefusalLog) -> Response:
+    """A handler's failure: logged as a refusal is, one line every 10 s at most, so that
+    a client who found a way to make one cannot fill the log."""
+    failures.failed(f"answering {request.method} {request.path[:64]!r} failed: {error!r}")
     return plain(500, "internal error")
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header field's name (RFC 9110 §5.1, §5.6.2)."""
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
+"""RFC 9110 §12.4.2."""
+
+
+def accepted(header: str | None, token: str, wildcard: str | None = "*") -> bool:
+    """Whether a list of tokens with weights (Accept-Encoding, Accept; RFC 9110 §12.4.2)
+    accepts `token` (lower case): listed with a weight above 0 (`gzip;q=0` refuses it), or
+    not listed while `wildcard` is, with a weight above 0. A malformed weight is 0."""
+    if not header:
+        return False
+    star = False
+    for part in header.split(","):
+        name, *params = part.split(";")
+        name = name.strip().lower()
+        weight = True
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                value = value.strip()
+                weight = bool(_QVALUE.fullmatch(value)) and float(value) > 0
+        if name == token:
+            return weight
+        if wildcard is not None and name == wildcard:
+            star = weight
+    return star
 
 
 def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
@@ -547,7 +609,9 @@ def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
     headers: dict[str, str] = {}
     for entry in fields:
         name, colon, value = entry.partition(":")
-        if not colon or not name or name != name.strip() or name[0] in " \t":
+        # a name is a token: no space before the colon (RFC 9112 §5.1), no control
+        # characters, no separators; a line folded onto the last (obs-fold) is none
+        if not colon or not _TOKEN.fullmatch(name):
             return plain(400, "malformed header")
         key = name.lower()
         value = value.strip(" \t")
@@ -557,6 +621,8 @@ def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
             headers[key] += ", " + value
         else:
             headers[key] = value
+    if version == "HTTP/1.1" and "host" not in headers:
+        return plain(400, "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)")
     return Request(method, target, headers, client), version
 
 
@@ -592,6 +658,7 @@ class Listener:
         self.counts = _Counts()
         self.connections: set[_Connection] = set()
         self.refusals = RefusalLog()
+        self.failures = RefusalLog()
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(_quiet)
         # One worker: bcrypt checks run one at a time, as exporter-toolkit runs them, so

@@ -54,6 +54,14 @@ class QueryError(ValueError):
     """A bad query parameter: its message is the one line a 400 answers with."""
 
 
+def shown(text: str, at_most: int = 40) -> str:
+    """What a client sent, as an error names it: quoted with its control characters
+    escaped (repr), and cut to `at_most` characters."""
+    if len(text) > at_most:
+        return repr(text[:at_most]) + f"... ({len(text)} characters)"
+    return repr(text)
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """What to list: exact matches on group labels, the field to sort by (biggest first,
@@ -77,19 +85,19 @@ class Query:
         sort, limit = DEFAULT_SORT, DEFAULT_LIMIT
         for name, value in pairs:
             if name in seen:
-                raise QueryError(f"parameter {name!r} given twice")
+                raise QueryError(f"parameter {shown(name)} given twice")
             seen.add(name)
             if name in FILTER_LABELS:
                 filters.append((name, value))
             elif name == "sort":
                 if value not in SORT_FIELDS:
-                    raise QueryError(f"sort={value!r}: want one of {', '.join(SORT_FIELDS)}")
+                    raise QueryError(f"sort={shown(value)}: want one of {', '.join(SORT_FIELDS)}")
                 sort = value
             elif name == "limit":
                 limit = _limit(value)
             else:
                 known = ", ".join((*FILTER_LABELS, "sort", "limit"))
-                raise QueryError(f"unknown parameter {name!r}: want one of {known}")
+                raise QueryError(f"unknown parameter {shown(name)}: want one of {known}")
         return cls(tuple(filters), sort, limit)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
@@ -97,9 +105,12 @@ class Query:
 
 
 def _limit(value: str) -> int | None:
-    if not (value.isascii() and value.isdigit()) or int(value) > MAX_LIMIT:
-        raise QueryError(f"limit={value!r}: want an integer from 0 (all) to {MAX_LIMIT}")
-    return int(value) or None
+    """Bounded before it is parsed: no more digits than MAX_LIMIT's (leading zeros aside),
+    so that no client makes `int()` convert thousands of them (or raise past 4,300)."""
+    digits = value.lstrip("0") if value.isascii() and value.isdigit() else None
+    if digits is None or len(digits) > len(str(MAX_LIMIT)) or int(digits or 0) > MAX_LIMIT:
+        raise QueryError(f"limit={shown(value)}: want an integer from 0 (all) to {MAX_LIMIT}")
+    return int(digits or 0) or None
 
 
 class Row(NamedTuple):

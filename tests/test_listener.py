@@ -24,6 +24,7 @@ from collector.listener import (
     RefusalLog,
     Request,
     Response,
+    accepted,
 )
 from tests.net import free_port, request, start_serve, wait_until
 
@@ -79,8 +80,8 @@ def test_pipelined_requests_head_and_connection_close():
         port = listener.server_address[1]
         answer = exchange(
             port,
-            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nHEAD /b?q=1 HTTP/1.1\r\n\r\n"
-            b"GET /c HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nHEAD /b?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         )
     assert answer.count(b"HTTP/1.1 200 OK\r\n") == 3
     assert b"GET /a\n" in answer and b"HEAD /b\n" not in answer and b"GET /c\n" in answer
@@ -106,25 +107,41 @@ def test_a_head_sent_a_byte_at_a_time_is_read_whole():
     ("data", "status"),
     [
         (b"GARBAGE\r\n\r\n", b"400"),
-        (b"GET /  HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
         (b"GET / HTTP/2.0\r\n\r\n", b"505"),
-        (b"GET http://x/ HTTP/1.1\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nNo colon\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nAuthorization: Basic a\r\nAuthorization: Basic b\r\n\r\n", b"400"),
-        (b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", b"413"),
-        (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"413"),
-        (b"DELETE / HTTP/1.1\r\n\r\n", b"405"),
-        (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
-        (b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000, b"431"),  # no end yet: not buffered on
+        (b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n folded\r\n\r\n", b"400"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic a\r\n"
+            b"Authorization: Basic b\r\n\r\n",
+            b"400",
+        ),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", b"413"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"413"),
+        (b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n", b"405"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 70_000,
+            b"431",
+        ),  # no end yet: not buffered on
         (b"GET / HTTP/1.0\r\n\r\n", b"200"),
         # a bare LF or CR a proxy in front may read as a line's end (RFC 9112 section 2.2):
         # a Content-Length only it sees would make the body a request of its own here
-        (b"GET / HTTP/1.1\r\nX: a\nContent-Length: 5\r\n\r\nhello", b"400"),
-        (b"GET / HTTP/1.1\r\nX: a\rContent-Length: 5\r\n\r\nhello", b"400"),
-        (b"GET /a\nforged-log-line HTTP/1.1\r\n\r\n", b"400"),
-        (b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n", b"400"),  # RFC 9110 section 5.5
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\nContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\rContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET /a\nforged-log-line HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", b"400"),  # RFC 9110 section 5.5
         (b"\r\n\r\nGET / HTTP/1.0\r\n\r\n", b"200"),  # empty lines before a request
+        # RFC 9112 section 3.2: an HTTP/1.1 request names its Host, once
+        (b"GET / HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", b"400"),
+        # a header's name is a token: no space before the colon (RFC 9112 section 5.1,
+        # a smuggling vector), no control characters, no separators
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX\x01Y: a\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n(X): a\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Ok_1.2~!: a\r\nConnection: close\r\n\r\n", b"200"),
     ],
 )
 def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
@@ -134,6 +151,59 @@ def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
     assert not answer.endswith(b"<open>")  # closed after the answer
 
 
+def test_a_head_with_bare_lf_line_ends_is_refused_at_once():
+    """Lines ended by LF alone never make the CR LF CR LF a head ends with: refused as soon
+    as one comes, not left to the head's deadline (10 s by default)."""
+    with listening(hello) as listener:
+        started = time.monotonic()
+        answer = exchange(listener.server_address[1], b"GET / HTTP/1.1\nHost: x\n\n")
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"without CR" in answer, answer[:120]
+    assert took < 2
+
+
+def test_every_answer_says_nosniff():
+    """No browser reads an answer as another type than it says (an error naming what the
+    client sent, read as HTML): every status, every path."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        for data in (
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n",
+        ):
+            head = exchange(port, data).split(b"\r\n\r\n", 1)[0]
+            assert b"\r\nX-Content-Type-Options: nosniff" in head, head
+
+
+@pytest.mark.parametrize(
+    ("header", "token", "wildcard", "expected"),
+    [
+        (None, "gzip", "*", False),
+        ("gzip", "gzip", "*", True),
+        ("GZIP", "gzip", "*", True),
+        ("gzip;q=0", "gzip", "*", False),
+        ("gzip; q=0.000, identity", "gzip", "*", False),
+        ("deflate, gzip;q=0.5", "gzip", "*", True),
+        ("gzip;q=1.0", "gzip", "*", True),
+        ("gzip;q=2", "gzip", "*", False),  # no such weight
+        ("gzip;q=nan", "gzip", "*", False),
+        ("*", "gzip", "*", True),
+        ("*;q=0", "gzip", "*", False),
+        ("*, gzip;q=0", "gzip", "*", False),  # named: the wildcard does not reach it
+        ("identity", "gzip", "*", False),
+        ("application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1",
+         "application/openmetrics-text", None, True),
+        ("application/openmetrics-text;q=0,text/plain",
+         "application/openmetrics-text", None, False),
+        ("*/*", "application/openmetrics-text", None, False),
+    ],
+)  # fmt: skip
+def test_header_lists_are_read_with_their_weights(header, token, wildcard, expected):
+    """RFC 9110 section 12.4.2: `gzip;q=0` says no gzip."""
+    assert accepted(header, token, wildcard) is expected
+
+
 def test_a_request_head_has_one_deadline_however_slowly_it_comes():
     """A client trickling a header byte every 0.1 s is cut off at the head's deadline (the
     old per-read timeout never fired), and one that sends nothing at all too."""
@@ -141,7 +211,7 @@ def test_a_request_head_has_one_deadline_however_slowly_it_comes():
         port = listener.server_address[1]
         with socket.create_connection(("127.0.0.1", port)) as silent:
             with socket.create_connection(("127.0.0.1", port)) as slow:
-                slow.sendall(b"GET / HTTP/1.1\r\n")
+                slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
                 began = time.monotonic()
                 cut = False
                 while time.monotonic() - began < 10:
@@ -158,13 +228,13 @@ def test_a_request_head_has_one_deadline_however_slowly_it_comes():
             assert closed_by_server(silent, 5)
         # a kept-alive connection's next request has the same deadline from its first byte
         with socket.create_connection(("127.0.0.1", port)) as kept:
-            kept.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            kept.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             kept.settimeout(5)
             answer = b""
             while not answer.endswith(b"GET /\n"):
                 answer += kept.recv(65536)
             assert answer.startswith(b"HTTP/1.1 200")
-            kept.sendall(b"GET / HTTP/1.1\r\n")
+            kept.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
             assert closed_by_server(kept, 5)
 
 
@@ -240,10 +310,10 @@ def test_requests_pipelined_behind_one_in_flight_are_buffered_up_to_a_head():
         port = listener.server_address[1]
         with socket.create_connection(("127.0.0.1", port), timeout=2) as client:
             try:
-                client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
                 wait_until(lambda: listener.counts.in_flight == 1, 10, "the request in flight")
                 with contextlib.suppress(TimeoutError):
-                    client.sendall(b"GET / HTTP/1.1\r\n\r\n" * 500_000)  # 9 MB
+                    client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 500_000)  # 9 MB
                 (connection,) = listener.connections
                 assert len(connection.buffer) <= MAX_HEAD_BYTES + 256 * 1024
             finally:
@@ -281,7 +351,7 @@ def test_a_response_not_taken_in_time_is_dropped_and_frees_its_place():
         port = listener.server_address[1]
         with socket.create_connection(("127.0.0.1", port)) as reader:
             reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            reader.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            reader.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             wait_until(lambda: listener.counts.in_flight == 1, 10, "the response in flight")
             wait_until(lambda: listener.counts.in_flight == 0, 10, "its place freed")
             wait_until(lambda: listener.counts.connections == 0, 10, "its connection dropped")
@@ -313,6 +383,21 @@ def test_a_handler_that_raises_is_a_500_and_the_listener_goes_on():
         port = listener.server_address[1]
         assert request(port, "/broken")[0] == 500
         assert request(port, "/fine")[0] == 200
+
+
+def test_failures_a_client_can_cause_are_logged_as_seldom_as_refusals(caplog):
+    """A handler that raises is the server's fault, logged at error level, but a client
+    who found how to make it cannot fill the log: one line every 10 s, the rest counted."""
+
+    def broken(request: Request) -> Response:
+        raise RuntimeError("bug")
+
+    with caplog.at_level("ERROR"), listening(broken) as listener:
+        port = listener.server_address[1]
+        for _ in range(50):
+            assert request(port, "/broken")[0] == 500
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(lines) == 1 and "answering GET '/broken' failed: RuntimeError('bug')" in lines[0]
 
 
 def test_refusals_are_logged_at_most_once_every_ten_seconds(caplog):

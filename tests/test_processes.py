@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 
 import bcrypt
@@ -195,6 +196,28 @@ def test_a_bad_parameter_is_a_400_with_one_line(secret_serve):
     status, _, body = request(port, "/processes?sort=cpu")
     assert status == 400
     assert body.decode().count("\n") == 1 and "sort" in body.decode()
+
+
+def test_every_parameter_is_bounded_before_it_is_parsed_and_never_echoed_raw(caplog):
+    """A `limit` of thousands of digits is a 400 like any other bad one (it was a 500,
+    and an error line each time: Python's int() refuses more than 4,300 digits); what a
+    400 names of the client's input is cut short and has its control characters escaped
+    (a terminal's escape sequences do not reach whoever reads it); nothing is logged at
+    error level."""
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    escape = urllib.parse.quote("\x1b]0;pwned\x07\x1b[2J<script>")
+    with caplog.at_level("INFO"), serving(loop) as port:
+        for _ in range(20):
+            status, headers, body = request(port, "/processes?limit=" + "9" * 5000)
+            assert status == 400 and body.count(b"\n") == 1 and len(body) < 200, body[:200]
+            assert headers["X-Content-Type-Options"] == "nosniff"
+        assert request(port, "/processes?limit=" + "0" * 30 + "5")[0] == 200
+        assert request(port, "/processes?limit=100001")[0] == 400
+        for query in (f"sort={escape}", f"{escape}=1"):
+            status, _, body = request(port, "/processes?" + query)
+            assert status == 400 and b"\x1b" not in body and b"\\x1b" in body, body
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 def test_no_web_processes_answers_404():
