@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import logging
+import math
 import os
 import selectors
 import signal
+import socket
 import ssl
 import sys
 import termios
+import threading
 import time
 import tty
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -59,7 +61,10 @@ THREAD_FIELDS: tuple[str, ...] = (
 """A thread's counters in the view, in the names of docs/reference.md §3."""
 
 PLAIN_WIDTH = 80
-REQUEST_TIMEOUT = 10.0  # seconds a GET of --from may take
+REQUEST_TIMEOUT = 10.0  # seconds a GET of --from may take, from connecting to its last byte
+MAX_ANSWER_BYTES = 32 << 20
+"""The most of a server's answer --from reads: a node's every process and group is a few
+MiB; more is no procdelta answer, and is not held in memory."""
 
 
 class TopError(Exception):
@@ -384,53 +389,80 @@ class RemoteSource:
             )
             token = base64.b64encode(f"{remote.username}:{password}".encode()).decode()
             self.headers["Authorization"] = f"Basic {token}"
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if parts.scheme == "https":
-            handlers.append(urllib.request.HTTPSHandler(context=tls_context(remote)))
-        self.opener = urllib.request.build_opener(*handlers)
+        self.context = tls_context(remote) if parts.scheme == "https" else None
 
     def fetch(self) -> View:
         document = self._get()
         pids: dict[int, str] = {}
         if self.selection.threads:
-            served = {
-                int(row["pid"]): str(row.get("comm", ""))
-                for row in document["processes"]
-                if isinstance(row, dict) and isinstance(row.get("pid"), int)
-            }
+            served = {int(row["pid"]): row["comm"] for row in document["processes"]}
             assert self.procfs is not None
             alike = check_same_node(self.procfs, served, self.origin)
             pids = {pid: served[pid] for pid in alike}
         return View(document, pids)
 
     def _get(self) -> dict[str, Any]:
+        """One GET, trusting the server with nothing: no redirect is followed (procdelta
+        never sends one, and the credentials would go along), the whole exchange has
+        REQUEST_TIMEOUT (a server sending a byte now and then is cut off there), at most
+        MAX_ANSWER_BYTES are read, what the server says is shown as printable text only,
+        and the document's shape is checked before anything is drawn."""
         where = f"--from {self.origin}"
-        request = urllib.request.Request(self.url, headers=self.headers)
+        parts = urllib.parse.urlsplit(self.url)
+        if self.context is not None:
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname, parts.port, timeout=REQUEST_TIMEOUT, context=self.context
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname, parts.port, timeout=REQUEST_TIMEOUT
+            )
+        expired = threading.Event()
+
+        def expire() -> None:  # wakes a read blocked on a server that trickles
+            expired.set()
+            with contextlib.suppress(OSError, AttributeError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+        deadline = threading.Timer(REQUEST_TIMEOUT, expire)
+        deadline.daemon = True
+        deadline.start()
         try:
-            with self.opener.open(request, timeout=REQUEST_TIMEOUT) as response:
-                body = response.read()
-        except urllib.error.HTTPError as error:
-            raise TopError(f"{where}: {self._refusal(error)}") from None
-        except urllib.error.URLError as error:
-            raise TopError(f"{where}: {_unreachable(error.reason)}") from None
-        except (OSError, ValueError) as error:  # reset, timed out, a malformed answer
-            raise TopError(f"{where}: {_unreachable(error)}") from None
+            connection.request("GET", f"{parts.path}?{parts.query}", headers=self.headers)
+            response = connection.getresponse()
+            if response.status != 200:
+                said = response.read(500)
+                raise TopError(f"{where}: {self._refusal(response, said)}")
+            body = response.read(MAX_ANSWER_BYTES + 1)
+            if expired.is_set():
+                raise TimeoutError
+        except TopError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            reason = TimeoutError() if expired.is_set() else error
+            raise TopError(f"{where}: {_unreachable(reason)}") from None
+        finally:
+            deadline.cancel()
+            connection.close()
+        if len(body) > MAX_ANSWER_BYTES:
+            raise TopError(
+                f"{where}: an answer over {MAX_ANSWER_BYTES >> 20} MiB is no procdelta "
+                "/processes answer"
+            )
         try:
             document = json.loads(body)
         except ValueError:
             document = None
-        if not (isinstance(document, dict) and isinstance(document.get("processes"), list)):
-            raise TopError(f"{where}: not a procdelta /processes answer")
-        document.setdefault("groups", [])
+        problem = _misshapen(document)
+        if problem is not None:
+            raise TopError(f"{where}: not a procdelta /processes answer ({problem})")
         return document
 
-    def _refusal(self, error: urllib.error.HTTPError) -> str:
-        try:
-            said = error.read(500).decode("utf-8", "replace").strip().splitlines()
-        except OSError:
-            said = []
-        said_line = said[0] if said else (error.reason or "")
-        if error.code == 401:
+    def _refusal(self, response: http.client.HTTPResponse, said: bytes) -> str:
+        lines = said.decode("utf-8", "replace").strip().splitlines()
+        said_line = printable(lines[0] if lines else response.reason or "")[:200]
+        status = response.status
+        if status == 401:
             if self.remote.username is None:
                 return (
                     "401 Unauthorized: the server wants basic auth; give --from.username "
@@ -440,13 +472,58 @@ class RemoteSource:
                 f"401 Unauthorized: the server refused user {self.remote.username!r} "
                 "(check --from.username and --from.password-file)"
             )
-        if error.code == 404:
+        if status == 404:
             asked = urllib.parse.urlsplit(self.url).path
             return (
                 f"404 Not Found: no {asked} there (a procdelta serve started with "
                 "--no-web.processes, or not procdelta; --from takes the server's base URL)"
             )
-        return f"{error.code} {said_line}"
+        if 300 <= status < 400:
+            return (
+                f"{status}: the server redirects, which procdelta serve never does; not "
+                "followed (--from takes the server's own base URL)"
+            )
+        return f"{status} {said_line}"
+
+
+def _misshapen(document: object) -> str | None:
+    """What is wrong with a /processes answer's shape for drawing it (None: nothing): a
+    mapping, its processes each with an integer pid, a name, a group of string labels
+    and integer counts, its groups each with a group of labels and counts that are
+    integers or null."""
+    if not isinstance(document, dict):
+        return "not a JSON object"
+    processes, groups = document.get("processes"), document.setdefault("groups", [])
+    if not isinstance(processes, list) or not isinstance(groups, list):
+        return "no list of processes and groups"
+    interval = document.get("interval_seconds")
+    if interval is not None and not _number(interval):
+        return "interval_seconds is not a number"
+    for kind, rows in (("processes", processes), ("groups", groups)):
+        for index, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return f"{kind}[{index}] is not an object"
+            labels = row.get("group")
+            if not isinstance(labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+            ):
+                return f"{kind}[{index}].group is not a set of labels"
+            if kind == "processes" and not (
+                _count(row.get("pid")) and isinstance(row.get("comm"), str)
+            ):
+                return f"{kind}[{index}] has no pid and comm"
+            for name, value in row.items():
+                if name not in ("group", "comm") and value is not None and not _count(value):
+                    return f"{kind}[{index}].{printable(str(name))[:40]} is not a count"
+    return None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _unreachable(reason: object) -> str:
@@ -470,7 +547,9 @@ def _unreachable(reason: object) -> str:
         return f"no answer within {REQUEST_TIMEOUT:g}s (an https URL for a plain http serve?)"
     if isinstance(reason, OSError) and reason.strerror:
         return f"cannot connect: {reason.strerror}"
-    return f"cannot connect: {reason}"
+    if isinstance(reason, http.client.HTTPException):  # what it sent is not HTTP
+        return f"not an HTTP answer: {printable(repr(reason))[:120]}"
+    return f"cannot connect: {printable(str(reason))[:200]}"
 
 
 # --- one interval --------------------------------------------------------------------

@@ -11,6 +11,7 @@ import os
 import re
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -297,6 +298,139 @@ def test_an_unreachable_server_is_one_line():
     port = free_port()  # nothing listens there
     result = procdelta("top", "--from", f"127.0.0.1:{port}", "--format", "json")
     assert_one_line_error(result, f"--from http://127.0.0.1:{port}", "cannot connect", status=1)
+
+
+@contextlib.contextmanager
+def hostile(answer) -> Iterator[tuple[int, list[bytes]]]:
+    """A server on 127.0.0.1 that reads each request's head, records it and hands the
+    socket to `answer(sock, port)`; (its port, the heads it read)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    heads: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                sock, _ = server.accept()
+            except OSError:
+                return
+            with sock:
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := sock.recv(4096)):
+                    head += chunk
+                heads.append(head)
+                with contextlib.suppress(OSError):
+                    answer(sock, port)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port, heads
+    finally:
+        stop.set()
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+        server.close()
+        thread.join(10)
+
+
+def top_from(port: int, *args: str) -> subprocess.CompletedProcess:
+    return procdelta("top", "--from", f"http://127.0.0.1:{port}", "--format", "json", *args)
+
+
+def test_a_redirect_is_not_followed_with_the_credentials(tmp_path):
+    """procdelta serve never redirects: a 302 to another port (where the credentials would
+    go) is an error, and the other port hears nothing."""
+    with hostile(lambda sock, port: None) as (elsewhere, stolen):
+
+        def redirect(sock: socket.socket, port: int) -> None:
+            sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%d/processes\r\n"
+                         b"Content-Length: 0\r\n\r\n" % elsewhere)  # fmt: skip
+
+        with hostile(redirect) as (port, heads):
+            secret = tmp_path / "password"
+            secret.write_text("s3cret\n")
+            result = top_from(port, "--from.username", "alice", "--from.password-file", str(secret))
+    assert_one_line_error(result, "302", "redirects", "not followed", status=1)
+    assert len(heads) == 1 and b"Authorization: Basic" in heads[0]
+    assert stolen == []
+
+
+def test_what_a_server_says_reaches_the_terminal_as_printable_text():
+    """An error's text with a terminal's escape sequences (a window title, a screen
+    clear) comes through with none of them."""
+
+    def evil(sock: socket.socket, port: int) -> None:
+        body = b"\x1b]0;pwned\x07\x1b[2J\x1b[31mred\n"
+        sock.sendall(b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    with hostile(evil) as (port, _):
+        result = top_from(port)
+    assert_one_line_error(result, "500", "pwned", "red", status=1)
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
+def test_an_answer_too_large_is_refused_without_holding_it():
+    """An answer that says 300 MB, and sends it: read up to the cap, then an error."""
+
+    def huge(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 300000000\r\n\r\n")
+        chunk = b"0" * (1 << 20)
+        for _ in range(300):
+            sock.sendall(chunk)
+
+    with hostile(huge) as (port, _):
+        # in 400 MiB of address space: the 300 MB answer held whole would not fit
+        result = subprocess.run(
+            ["prlimit", f"--as={400 << 20}", sys.executable, "-m", "collector", "top",
+             "--from", f"http://127.0.0.1:{port}", "--format", "json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert_one_line_error(result, "over 32 MiB", "no procdelta /processes answer", status=1)
+
+
+def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
+    """A byte every 0.2 s never trips a read's timeout; the whole GET has one deadline."""
+    monkeypatch.setattr(top, "REQUEST_TIMEOUT", 1.0)
+
+    def trickle(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        for _ in range(50):
+            sock.sendall(b" ")
+            time.sleep(0.2)
+
+    with hostile(trickle) as (port, _):
+        source = top.RemoteSource(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
+        started = time.monotonic()
+        with pytest.raises(top.TopError, match="no answer within 1s"):
+            source.fetch()
+        assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ([], "not a JSON object"),
+        ({"processes": {}}, "no list of processes"),
+        ({"processes": [], "interval_seconds": "soon"}, "interval_seconds"),
+        ({"processes": [7]}, "processes[0] is not an object"),
+        ({"processes": [{"pid": 1, "comm": "x", "group": {"pod": 1}}]}, "processes[0].group"),
+        ({"processes": [{"pid": "1", "comm": "x", "group": {}}]}, "processes[0] has no pid"),
+        ({"processes": [{"pid": 1, "comm": "x", "group": {}, "on_cpu_nanos": -5}]},
+         "processes[0].on_cpu_nanos is not a count"),
+        ({"processes": [], "groups": [{"group": {}, "run_delay_nanos": 1.5}]},
+         "groups[0].run_delay_nanos is not a count"),
+    ],
+)  # fmt: skip
+def test_a_document_of_another_shape_is_refused_before_it_is_drawn(document, problem):
+    def answer(sock: socket.socket, port: int) -> None:
+        body = json.dumps(document).encode()
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    with hostile(answer) as (port, _):
+        result = procdelta("top", "--from", f"http://127.0.0.1:{port}")
+    assert_one_line_error(result, "not a procdelta /processes answer", problem, status=1)
 
 
 def test_a_server_without_the_processes_view_is_one_line():
