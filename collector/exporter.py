@@ -270,6 +270,73 @@ PROCESSES_LINK = """
 <code>?namespace=&amp;pod=&amp;sort=&amp;limit=</code>)</li>"""
 
 
+VIEWS_PER_SECOND = 20
+"""`/processes` answers a second at most (a burst of as many, then 503): a view is for a
+person (`top` asks once an interval), and a flood of them, even of answers made already,
+would take from the scrapes the event loop and the CPU the node gives `serve`."""
+
+
+class Budget:
+    """A token bucket: `rate` takes a second, as many at once at most."""
+
+    def __init__(self, rate: float, monotonic: Callable[[], float] = time.monotonic):
+        self.rate = rate
+        self.monotonic = monotonic
+        self._tokens = rate
+        self._at = monotonic()
+
+    def take(self) -> bool:
+        now = self.monotonic()
+        self._tokens = min(self.rate, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+class ViewAnswers:
+    """The answers to the last few queries of `/processes` for the last pass: a view is
+    made once a pass for each query, however many ask it (a flood of one query costs its
+    making once a pass, then a write each, as a scrape does), and a new pass drops them.
+    At most `count` answers and `size` bytes are held."""
+
+    def __init__(self, count: int = 8, size: int = 16 << 20):
+        self.count = count
+        self.size = size
+        self._answers: dict[tuple, bytes] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> bytes | None:
+        with self._lock:
+            return self._answers.get(key)
+
+    def put(self, key: tuple, body: bytes) -> None:
+        with self._lock:
+            if any(k[0] != key[0] for k in self._answers):
+                self._answers.clear()  # another pass: every answer is stale
+            self._answers[key] = body
+            while len(self._answers) > self.count or (
+                sum(map(len, self._answers.values())) > self.size and len(self._answers) > 1
+            ):
+                del self._answers[next(iter(self._answers))]  # the oldest first
+
+
+def json_by_rows(document: Mapping[str, object]) -> bytes:
+    """`json.dumps(document) + "\\n"`, the same bytes, made a row of its lists at a time.
+    The C encoder holds the interpreter's lock for a whole call: one call for a node's
+    every process held a scrape back for tens of milliseconds, where a row's call is
+    microseconds and the event loop gets the lock between two."""
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list):
+            text = "[" + ", ".join([json.dumps(item) for item in value]) + "]"
+        else:
+            text = json.dumps(value)
+        parts.append(f"{json.dumps(key)}: {text}")
+    return ("{" + ", ".join(parts) + "}\n").encode()
+
+
 STORAGE_REFUSED = (
     "forbidden: sort={sort}: a process's storage bytes (/proc/<pid>/io, its owner's alone) "
     "are served only to clients the web configuration authenticates (basic auth, or "
@@ -302,6 +369,8 @@ class MetricsServer(Listener):
         # each process's storage bytes to every client, not only to those the web
         # configuration authenticates (--web.processes.storage-bytes)
         self.storage_bytes = storage_bytes
+        self.answers = ViewAnswers()
+        self.views_budget = Budget(VIEWS_PER_SECOND)
         self.live = LiveMetrics()
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -363,12 +432,26 @@ class MetricsServer(Listener):
             return plain(400, str(error))
         if not storage_bytes and query.sort in STORAGE_FIELDS:
             return plain(403, STORAGE_REFUSED.format(sort=query.sort))
-        view = self.passes.snapshot().view
-        cgroup_fields = self.cgroup_fields
+        if not self.views_budget.take():
+            self.refusals.refused(request.client, "GET /processes: 503: views a second")
+            return Response(
+                503,
+                f"too many views a second (at most {VIEWS_PER_SECOND}); try again later\n".encode(),
+                headers=(("Retry-After", "1"),),
+            )
+        snapshot = self.passes.snapshot()
+        view, cgroup_fields, answers = snapshot.view, self.cgroup_fields, self.answers
+        key = (snapshot.passes, query, storage_bytes)
+        body = answers.get(key)
+        if body is not None:  # asked already of this pass: the same bytes
+            return Response(200, body, "application/json")
 
         def answer() -> Response:
-            body = json.dumps(view.document(query, cgroup_fields, storage_bytes)) + "\n"
-            return Response(200, body.encode(), "application/json")
+            body = answers.get(key)
+            if body is None:
+                body = json_by_rows(view.document(query, cgroup_fields, storage_bytes))
+                answers.put(key, body)
+            return Response(200, body, "application/json")
 
         return Deferred(answer, aside=True)  # no --web.max-requests place while it is made
 

@@ -17,7 +17,14 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from collector.exporter import PassLoop, make_server
+from collector.exporter import (
+    VIEWS_PER_SECOND,
+    Budget,
+    PassLoop,
+    ViewAnswers,
+    json_by_rows,
+    make_server,
+)
 from collector.groups import Group
 from collector.listener import MAX_ASIDE, Limits
 from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
@@ -218,6 +225,67 @@ def test_every_parameter_is_bounded_before_it_is_parsed_and_never_echoed_raw(cap
             status, _, body = request(port, "/processes?" + query)
             assert status == 400 and b"\x1b" not in body and b"\\x1b" in body, body
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_the_answer_is_the_encoders_bytes_made_a_row_at_a_time():
+    document = {
+        "interval_seconds": 1.5, "timestamp": None, "withheld": ["read_bytes"],
+        "processes": [{"pid": 1, "comm": "a\x1b\u00e9", "group": {"pod": "p"}}] * 3,
+        "groups": [],
+    }  # fmt: skip
+    assert json_by_rows(document) == (json.dumps(document) + "\n").encode()
+
+
+def test_a_view_is_made_once_a_pass_for_each_query():
+    """However many ask it, a query's view is made once a pass (the same bytes after); a
+    new pass, or another query, makes it anew; the answers held are bounded."""
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    made = []
+    real = PassView.document
+
+    def counted(self, *args, **kwargs):
+        made.append(args[0])
+        return real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PassView, "document", counted)
+        with serving(loop) as port:
+            first = [request(port, "/processes?limit=0")[2] for _ in range(5)]
+            assert len(made) == 1 and len(set(first)) == 1
+            request(port, "/processes?limit=3")
+            assert len(made) == 2
+            loop.run_pass()
+            request(port, "/processes?limit=0")
+            assert len(made) == 3
+    answers = ViewAnswers(count=2, size=10)
+    for n in range(4):
+        answers.put((1, n), b"x" * 4)
+    assert answers.get((1, 0)) is None and answers.get((1, 3)) == b"xxxx"  # two, the newest
+    answers.put((1, 9), b"y" * 20)  # alone above the size: kept, the others dropped
+    assert answers.get((1, 3)) is None and answers.get((1, 9)) == b"y" * 20
+    answers.put((2, 0), b"z")  # another pass
+    assert answers.get((1, 9)) is None and answers.get((2, 0)) == b"z"
+
+
+def test_views_a_second_are_bounded_and_scrapes_go_on():
+    """A view is for a person: past VIEWS_PER_SECOND at once, 503 with Retry-After, and
+    /metrics answers meanwhile; the budget comes back with time."""
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    with serving(loop) as port:
+        statuses = [request(port, "/processes")[0] for _ in range(VIEWS_PER_SECOND + 5)]
+        assert statuses.count(200) >= VIEWS_PER_SECOND and 503 in statuses
+        status, headers, body = request(port, "/processes")
+        assert status == 503 and headers["Retry-After"] == "1" and b"views a second" in body
+        assert request(port, "/metrics")[0] == 200
+        time.sleep(0.2)
+        assert request(port, "/processes")[0] == 200
+    now = [0.0]
+    budget = Budget(2, monotonic=lambda: now[0])
+    assert [budget.take() for _ in range(3)] == [True, True, False]
+    now[0] += 0.5
+    assert [budget.take() for _ in range(2)] == [True, False]
 
 
 def test_no_web_processes_answers_404():
