@@ -155,6 +155,9 @@ OTHER_TOOLS_FLAGS = {
     "--nodes",  # python -m tests.rulecost
     "--pods",  # python -m tests.rulecost
     "--rules",  # python -m tests.rulecost
+    "--sleepers",  # python -m tests.viewflood
+    "--clients",  # python -m tests.viewflood
+    "--path",  # python -m tests.viewflood
 }
 
 
