@@ -286,3 +286,13 @@ def test_clusters_keep_their_nodes_apart(tmp_path):
     }
     result = promtool_test(tmp_path, case)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nanoseconds_become_seconds_and_cores_by_1e9():
+    """Every constant a query divides by is 1e9 (ns per second: cores, seconds per
+    second), and every panel of cores divides its nanoseconds so: a 1e6 would ship panels
+    a thousand times off."""
+    constants = [c for _, expr in EXPRESSIONS for c in re.findall(r"/\s*(1e\d+)", expr)]
+    assert constants and set(constants) == {"1e9"}
+    cores = [(t, e) for t, e in EXPRESSIONS if re.match(r"(Workload |Neighbours: )?[Cc]ores", t)]
+    assert len(cores) >= 5 and all("/ 1e9" in expr for _, expr in cores), cores

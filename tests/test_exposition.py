@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from collector.cli import run_once
 from collector.exporter import PassLoop
-from collector.exposition import Family, Shapes, render_openmetrics, render_text
+from collector.exposition import Family, Histogram, Shapes, render_openmetrics, render_text
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
 from tests.fixturetree import FixtureRun
 from tests.promtools import check_metrics
@@ -175,3 +175,11 @@ def test_page_values_derived_by_hand():
     ]
     lines = set(page.splitlines())
     assert [line for line in wanted if line not in lines] == []
+
+
+def test_a_histogram_observation_on_a_bound_counts_in_that_bucket():
+    """`le` is "less than or equal": an observation equal to a bucket's bound is in it
+    (and in every one above), as Prometheus' histograms count it."""
+    histogram = Histogram.empty((0.1, 1.0)).observe(0.1).observe(1.0).observe(1.5)
+    assert histogram.counts == (1, 2, 3) and histogram.count == 3
+    assert histogram.total == 2.6

@@ -151,6 +151,18 @@ def test_what_a_request_may_not_be_is_answered_and_closed(data, status):
     assert not answer.endswith(b"<open>")  # closed after the answer
 
 
+def test_a_pipeline_longer_than_a_head_is_answered_whole():
+    """Requests pipelined past one head's 64 KiB pause the reading while one is answered,
+    and it resumes: every one is answered, none left hanging."""
+    one = b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n"
+    count = 2 * MAX_HEAD_BYTES // len(one) + 1
+    data = one * count + b"GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with listening(hello) as listener:
+        answer = exchange(listener.server_address[1], data, timeout=20)
+    assert not answer.endswith(b"<open>")
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == count + 1 and answer.endswith(b"GET /last\n")
+
+
 def test_a_head_with_bare_lf_line_ends_is_refused_at_once():
     """Lines ended by LF alone never make the CR LF CR LF a head ends with: refused as soon
     as one comes, not left to the head's deadline (10 s by default)."""

@@ -835,3 +835,18 @@ def test_a_resized_terminal_is_redrawn_at_once(terminal):
     assert 100 in widths() and max(widths()) <= 100
     screen.type(b"q")
     assert screen.wait() == 0
+
+
+def test_from_with_threads_asks_for_every_process_and_keeps_a_processes_url():
+    """With --threads the served processes are matched to this node's threads, so the
+    server's cut must not drop any (limit=0, whatever --limit); a URL naming /processes
+    itself is taken as it is, not as /processes/processes."""
+    threads = top.RemoteSource(
+        top.Remote("http://127.0.0.1:9746"),
+        top.Selection(pod=("shop", "web"), threads=True, limit=5),
+    )
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(threads.url).query))
+    assert query["limit"] == "0"
+    url = top.processes_url("http://127.0.0.1:9746/processes", {"limit": "3"})
+    assert urllib.parse.urlsplit(url).path == "/processes"
+    assert top.share(0, 0) == "-" and top.share(1, 3) == "25%"

@@ -543,3 +543,21 @@ def test_sighup_reloads_the_web_config_and_does_not_stop_serve(tmp_path):
         _, stderr = process.communicate(timeout=10)
     assert process.returncode == 0, stderr
     assert "SIGHUP: no --web.config.file to reload" in stderr and "Traceback" not in stderr
+
+
+def test_the_dummy_hash_has_the_highest_cost_of_the_users():
+    """An unknown user is checked at the users' highest cost: at the lowest, its answer
+    would come sooner than a known user's and tell the users apart."""
+    config = webconfig.WebConfig(users={
+        "cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)),
+        "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6)),
+    })  # fmt: skip
+    assert config._dummy.split(b"$")[2] == b"06"
+
+
+def test_the_basic_scheme_is_case_insensitive():
+    """RFC 9110 section 11.1: an auth scheme is case-insensitive."""
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    token = base64.b64encode(b"bob:pw").decode()
+    for scheme in ("Basic", "basic", "BASIC", "bAsIc"):
+        assert config.authorized(f"{scheme} {token}"), scheme
