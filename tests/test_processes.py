@@ -267,6 +267,30 @@ def test_a_view_is_made_once_a_pass_for_each_query():
     assert answers.get((1, 3)) is None and answers.get((1, 9)) == b"y" * 20
     answers.put((2, 0), b"z")  # another pass
     assert answers.get((1, 9)) is None and answers.get((2, 0)) == b"z"
+    answers.put((3, 1), b"w")  # and the next drops it
+    assert answers.get((2, 0)) is None
+
+
+def test_an_answer_made_for_an_authenticated_client_never_reaches_another(tmp_path):
+    """A view with storage bytes, made for a user, is not served from the pass's answers
+    to a client the web configuration no longer authenticates (users removed meanwhile,
+    within the same pass)."""
+    loop = PassLoop(build_engine(Options("/proc", str(tmp_path), str(tmp_path), False, False)), 1.0)
+    loop.run_pass()
+    time.sleep(0.2)
+    loop.run_pass()
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    web = webconfig.WebConfigFile(str(config), every=0)
+    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    with serving(loop, web=web) as port:
+        rows = json.loads(request(port, "/processes?limit=0", right)[2])["processes"]
+        assert rows and all("write_bytes" in row for row in rows)
+        config.write_text("")  # nobody to authenticate any more
+        status, _, body = request(port, "/processes?limit=0")
+        assert status == 200
+        assert not any("write_bytes" in row for row in json.loads(body)["processes"])
 
 
 def test_views_a_second_are_bounded_and_scrapes_go_on():

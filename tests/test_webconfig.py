@@ -561,3 +561,32 @@ def test_the_basic_scheme_is_case_insensitive():
     token = base64.b64encode(b"bob:pw").decode()
     for scheme in ("Basic", "basic", "BASIC", "bAsIc"):
         assert config.authorized(f"{scheme} {token}"), scheme
+
+
+def test_a_broken_file_is_read_once_and_logged_once_until_it_changes(tmp_path, caplog, monkeypatch):
+    """An unchanged broken file is not read again at each look (its stamp is kept), and a
+    change that breaks it the same way says nothing new; a fix is taken."""
+    clock = Clock()
+    users_config(tmp_path, alice="a")
+    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock)
+    loads = []
+    real = webconfig.load
+    monkeypatch.setattr(webconfig, "load", lambda path: loads.append(path) or real(path))
+    caplog.set_level("INFO", logger="procdelta")
+    broken = "basic_auth_users: [\n"
+    (tmp_path / "web.yml").write_text(broken)
+    for _ in range(3):
+        clock.now += 1
+        web.current()
+    assert len(loads) == 1
+    aside = tmp_path / "again"
+    aside.write_text(broken)
+    aside.replace(tmp_path / "web.yml")  # changed (a new inode), broken the same way
+    clock.now += 1
+    web.current()
+    assert len(loads) == 2
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert len(caplog.records) == 1
+    users_config(tmp_path, bob="b")
+    clock.now += 1
+    assert web.current().authorized(auth("bob", "b"))
