@@ -272,3 +272,48 @@ def test_a_failed_pass_leaves_the_node_reading_the_next_one_subtracts_from():
     with pytest.raises(OSError):
         failing.engine.run_pass()
     assert _splits(failing.engine.run_pass()) == expected
+
+
+# -- what a mutation run of collector/waits.py found untested (docs/development.md) --------
+
+
+def test_a_stat_without_its_aggregate_line_or_its_cpus_is_malformed():
+    """Both the `cpu` line and at least one `cpuN` line, or the file is refused, naming
+    itself and its first 80 bytes."""
+    per_cpu = b"cpu0 1 0 1 9 0 0 0 0 0 0\ncpu1 1 0 1 9 0 0 0 0 0 0\nintr 5" + b" 0" * 60
+    aggregate = b"cpu  2 0 2 18 0 0 0 0 0 0\nintr 5"
+    for data in (per_cpu, aggregate):
+        with pytest.raises(Malformed) as error:
+            parse_node_cpu(data, 100)
+        assert error.value.what == "stat" and error.value.text == data[:80]
+    with pytest.raises(Malformed) as error:
+        parse_node_cpu(b"cpu  2 x 2 18 0 0 0 0 0 0\ncpu0 1 0 1 9 0 0 0 0 0 0\n", 100)
+    assert error.value.what == "stat"
+
+
+def test_the_node_interval_takes_any_positive_length_and_an_idle_node():
+    a = NodeCPU(2, 10 * S)
+    assert node_interval(a, a, 0) is None  # no time between the two
+    assert node_interval(a, a, 1) == NodeInterval(2, 1, 0)  # one ns, and an idle node
+    assert node_interval(a, NodeCPU(2, 10 * S + 1), S) == NodeInterval(2, S, 1)
+
+
+def test_a_group_without_cgroup_cpu_leaves_the_neighbours_the_whole_busy_time():
+    """A group that ran nothing and has no cgroup CPU: the rest of the node used all the
+    busy time, to the nanosecond."""
+    fields = Fields(on_cpu_nanos=0, run_delay_nanos=S)
+    throttled, own, neighbours = split_run_delay(
+        fields, CgroupFields(cgroup_cpu_nanos=None), NodeInterval(4, S, S // 3)
+    )
+    assert (throttled, own, neighbours) == (0, 0, S // 3)
+
+
+def test_throttled_wall_time_is_whole_nanoseconds_from_the_first():
+    assert throttled_wall_ns(0, 1, None, None) == 1  # a nanosecond is a nanosecond
+    assert throttled_wall_ns(0, 0, None, None) == 0
+    wall = throttled_wall_ns(3, 10**9 + 1, 7 * 10**6, 10**8)
+    assert isinstance(wall, int) and wall == 3 * 10**8 * (10**9 + 1) // (10**9 + 1 + 21 * 10**6)
+
+
+def test_without_a_some_line_no_wait_is_its_own_threads():
+    assert split_cpu_stall(None, 5, 2) == (2, 3, 0)
