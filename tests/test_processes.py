@@ -271,10 +271,13 @@ def test_a_view_is_made_once_a_pass_for_each_query():
     assert answers.get((2, 0)) is None
 
 
-def test_an_answer_made_for_an_authenticated_client_never_reaches_another(tmp_path):
-    """A view with storage bytes, made for a user, is not served from the pass's answers
-    to a client the web configuration no longer authenticates (users removed meanwhile,
-    within the same pass)."""
+ALICE = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+"""The credentials of the user `machine_passes_and_a_user` writes."""
+
+
+def machine_passes_and_a_user(tmp_path):
+    """Two real passes over this machine's processes, 0.2 s apart, and a web configuration
+    with one user (ALICE's credentials): (the pass loop, the configuration's path)."""
     loop = PassLoop(build_engine(Options("/proc", str(tmp_path), str(tmp_path), False, False)), 1.0)
     loop.run_pass()
     time.sleep(0.2)
@@ -282,10 +285,17 @@ def test_an_answer_made_for_an_authenticated_client_never_reaches_another(tmp_pa
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     config = tmp_path / "web.yml"
     config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
+    return loop, config
+
+
+def test_an_answer_made_for_an_authenticated_client_never_reaches_another(tmp_path):
+    """A view with storage bytes, made for a user, is not served from the pass's answers
+    to a client the web configuration no longer authenticates (users removed meanwhile,
+    within the same pass)."""
+    loop, config = machine_passes_and_a_user(tmp_path)
     web = webconfig.WebConfigFile(str(config), every=0)
-    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
     with serving(loop, web=web) as port:
-        rows = json.loads(request(port, "/processes?limit=0", right)[2])["processes"]
+        rows = json.loads(request(port, "/processes?limit=0", ALICE)[2])["processes"]
         assert rows and all("write_bytes" in row for row in rows)
         config.write_text("")  # nobody to authenticate any more
         status, _, body = request(port, "/processes?limit=0")
@@ -338,10 +348,9 @@ def test_processes_sit_behind_the_same_basic_auth(tmp_path):
         assert status == 401 and "WWW-Authenticate" in headers
         wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
         assert request(port, "/processes", wrong)[0] == 401
-        right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
-        status, _, body = request(port, "/processes", right)
+        status, _, body = request(port, "/processes", ALICE)
         assert status == 200 and json.loads(body)["processes"] == []
-        assert request(port, "/processes?limit=x", right)[0] == 400
+        assert request(port, "/processes?limit=x", ALICE)[0] == 400
 
 
 STORAGE = {"read_bytes", "write_bytes"}
@@ -354,18 +363,11 @@ def test_no_client_gets_more_than_proc_would_give_it(tmp_path):
     process, the document naming what it withheld, and a 403 for a sort by them (its
     order would tell them). The groups' sums keep theirs, as /metrics serves them. On
     this machine's own processes, two real passes apart."""
-    loop = PassLoop(build_engine(Options("/proc", str(tmp_path), str(tmp_path), False, False)), 1.0)
-    loop.run_pass()
-    time.sleep(0.2)
-    loop.run_pass()
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    config = tmp_path / "web.yml"
-    config.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
-    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    loop, config = machine_passes_and_a_user(tmp_path)
     cases = (
         ({}, {}, False),  # the default: no web configuration
         ({"storage_bytes": True}, {}, True),
-        ({"web": webconfig.load(str(config))}, right, True),
+        ({"web": webconfig.load(str(config))}, ALICE, True),
     )
     for server, headers, served in cases:
         with serving(loop, **server) as port:
@@ -608,13 +610,12 @@ def test_a_view_held_in_its_thread_holds_no_basic_auth_check(tmp_path, monkeypat
 
     loop = PassLoop(CountingEngine(groups=2), interval=1.0)
     loop.run_pass()
-    right = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
     wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
     with serving(loop, web=webconfig.load(str(config))) as port:
         hold_views(monkeypatch, held, release)
         answers: list[int] = []
         view = threading.Thread(
-            target=lambda: answers.append(request(port, "/processes", right)[0])
+            target=lambda: answers.append(request(port, "/processes", ALICE)[0])
         )
         view.start()
         try:
