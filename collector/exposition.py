@@ -11,7 +11,7 @@ that check this output.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
@@ -217,37 +217,6 @@ def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[[object], tupl
     return (lambda data: (get(data),)) if len(fields) == 1 else get
 
 
-def build_families(
-    intervals: Mapping[Group, Fields],
-    totals: Mapping[Group, Mapping[str, int]],
-    footprints: Mapping[Group, FootprintSums],
-    state: SelfState,
-    cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
-    shapes: Shapes | None = None,
-) -> list[Family]:
-    """Every family of docs/reference.md §5 (and §7), series in a stable order: the page
-    rendered whole (`PageRenderer` renders the same bytes, pass after pass, reusing what
-    did not change)."""
-    sources = {
-        "intervals": intervals,
-        "cgroup_intervals": cgroup_intervals or {},
-        "totals": totals,
-        "footprints": footprints,
-    }
-    families: list[Family] = []
-    for family in group_families(shapes or Shapes()):
-        mapping = sources[family.source]
-        get = _row_getter(family.source, (family.field,))
-        samples = tuple(
-            (family.suffix, g.labels, value)
-            for g in _sorted(mapping)
-            if (value := get(mapping[g])[0]) is not None
-        )
-        families.append(Family(family.name, family.kind, family.help, samples))
-    families.extend(_self_families(state))
-    return families
-
-
 def _by_reason(counts: Mapping[str, int] | None, reasons: tuple[str, ...]) -> tuple[Sample, ...]:
     """One `_total` sample per reason, in the given order; 0 for one not counted yet."""
     counts = counts or {}
@@ -431,27 +400,10 @@ def _openmetrics_header(name: str, kind: str, help_text: str) -> bytes:
     return f"# HELP {name} {_escape_label(help_text)}\n# TYPE {name} {kind}\n".encode()
 
 
-def render_both(families: Iterable[Family]) -> tuple[bytes, bytes]:
-    """(Prometheus text 0.0.4, OpenMetrics 1.0 without its closing `# EOF`)."""
-    page = Page(tuple((f.name, f.kind, f.help, _sample_block(f)) for f in families))
-    return page.text, page.openmetrics
-
-
-def render_text(families: Iterable[Family]) -> bytes:
-    """The Prometheus text format, version 0.0.4."""
-    return render_both(families)[0]
-
-
-def render_openmetrics(families: Iterable[Family], eof: bool = True) -> bytes:
-    """OpenMetrics 1.0 text. Without `eof`, for a page that other families follow."""
-    body = render_both(families)[1]
-    return body + b"# EOF\n" if eof else body
-
-
 def gzip_member(data: bytes, level: int = 1) -> bytes:
     """A gzip member (`deflate`: ISA-L's where it is installed, as the package asks; else
-    zlib's). A compressobj releases the interpreter lock while it deflates (the one-shot
-    `gzip.compress` holds it), so scrapes are answered while a page compresses."""
+    zlib's). Deflating releases the interpreter lock, so scrapes are answered while a page
+    compresses."""
     compressor = deflate.compressobj(level, deflate.DEFLATED, 31)
     return compressor.compress(data) + compressor.flush()
 
@@ -554,10 +506,10 @@ class _SourceLines:
 
 
 class PageRenderer:
-    """Renders the page pass after pass, byte for byte what `build_families` and
-    `render_both` give for the same pass, reusing what did not change: a group's lines
-    whose values are what they were, every family's HELP and TYPE lines, and nothing of a
-    format until a scraper asks for it (`Page`). An idle pod costs a comparison of its
+    """Renders the page pass after pass, byte for byte what the tests' oracle
+    (tests/pageoracle.py) renders whole for the same pass, reusing what did not change: a
+    group's lines whose values are what they were, every family's HELP and TYPE lines, and
+    nothing of a format until a scraper asks for it (`Page`). An idle pod costs a comparison of its
     values per pass, not a rendering."""
 
     def __init__(self, shapes: Shapes | None = None):

@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from collector.cli import run_once
 from collector.exporter import PassLoop
-from collector.exposition import Family, Histogram, Shapes, render_openmetrics, render_text
+from collector.exposition import Family, Histogram, Shapes
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
 from tests.fixturetree import FixtureRun
+from tests.pageoracle import render_openmetrics, render_text
 from tests.promtools import check_metrics
 from tests.spec import CGROUP_FIELDS, FIELDS
 from tests.test_golden import check_golden

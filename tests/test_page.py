@@ -21,11 +21,10 @@ from collector.exposition import (
     PageRenderer,
     SelfState,
     Shapes,
-    build_families,
-    render_both,
 )
 from collector.groups import Group
 from collector.model import CGROUP_FIELD_NAMES, COUNTER_FIELD_NAMES, CgroupFields, Fields
+from tests.pageoracle import build_families, render_both
 
 SHAPES = [
     Shapes(),
