@@ -80,10 +80,6 @@ class CgroupNamespace:
     missing: tuple[str, ...] = ()  # the hierarchies whose root was looked for, not found
 
     @property
-    def private(self) -> bool:
-        return self.roots is not None
-
-    @property
     def complete(self) -> bool:
         """Whether every path read is placed: the host's namespace, or a root found in
         each hierarchy of the host's tree (`procdelta_source_available`)."""

@@ -92,13 +92,6 @@ class PassReadings:
         """The processes of which this pass read no file: their cgroup had not run."""
         return sum(len(block.readings) for block in self.carried)
 
-    @property
-    def every_process(self) -> tuple[ProcessReading, ...]:
-        """The processes read and the processes carried: what a plain reader reads."""
-        if not self.carried:
-            return self.processes
-        return self.processes + tuple(r for b in self.carried for r in b.readings.values())
-
 
 class Unreadable(ProcError):
     """A process that could not be read whole; carries what was seen of it, if anything."""

@@ -206,7 +206,7 @@ def test_locate_says_once_where_no_root_is_found(tmp_path, caplog):
     root = fixture_tree(tmp_path, {"/": "1\n", "/system.slice": "7\n"})
     with caplog.at_level(logging.INFO, logger="collector.cgroupns"):
         namespace = locate(procfs, detect(root), own_cgroup=own, pid=4242)
-    assert namespace.private and not namespace.complete
+    assert namespace.roots is not None and not namespace.complete
     assert set(namespace.missing) == {"v2", "cpu,cpuacct"}
     (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "could not find its root" in warning.getMessage()
@@ -220,7 +220,7 @@ def test_a_private_namespace_with_no_hierarchy_mounted_is_not_complete(tmp_path,
     procfs, own = a_private_namespace(tmp_path)
     with caplog.at_level(logging.INFO, logger="collector.cgroupns"):
         namespace = locate(procfs, detect(str(tmp_path / "nothing-mounted")), own_cgroup=own)
-    assert namespace.private and namespace.roots == {} and namespace.missing == ()
+    assert namespace.roots == {} and namespace.missing == ()
     assert not namespace.complete
     (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "none mounted" in warning.getMessage()
