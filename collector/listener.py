@@ -329,7 +329,8 @@ class _Connection(asyncio.Protocol):
             self._refuse(problem.status, problem.body.decode().strip(), problem)
             return None
         connection = request.headers.get("connection", "").lower()
-        return request, version == "HTTP/1.0" or "close" in connection
+        # a list of tokens (RFC 9110 §7.6.1): `close` among them, not inside one
+        return request, version == "HTTP/1.0" or "close" in map(str.strip, connection.split(","))
 
     def _start(self, request: Request, close: bool) -> None:
         listener = self.listener

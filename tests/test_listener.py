@@ -88,6 +88,21 @@ def test_pipelined_requests_head_and_connection_close():
     assert answer.endswith(b"Connection: close\r\n\r\nGET /c\n")
 
 
+def test_connection_close_is_a_token_of_the_list_not_a_substring():
+    """`Connection: close` among other tokens closes; a token that merely contains the
+    word (`x-closer`) keeps the connection open for the next request."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        answer = exchange(
+            port,
+            b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: x-closer\r\n\r\n"
+            b"GET /b HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close\r\n\r\n"
+            b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert b"GET /a\n" in answer and b"GET /b\n" in answer and b"GET /c\n" not in answer
+
+
 def test_a_head_sent_a_byte_at_a_time_is_read_whole():
     """The end of a head is found across the pieces it arrives in (each scanned once)."""
     with listening(hello) as listener:
