@@ -8,7 +8,8 @@ from pathlib import Path
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.sources import node_cpu
@@ -61,3 +62,9 @@ class FixtureRun:
         if self.cgroups is not None:
             self.cgroups.next_pass()
         self.clock.now = 1010 * SEC
+
+
+def every_process(readings) -> tuple:
+    """A pass's processes read and carried (`PassReadings`): what a plain reader of every
+    file reads."""
+    return readings.processes + tuple(r for b in readings.carried for r in b.readings.values())

@@ -20,13 +20,14 @@ import pytest
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
 from collector.plainread import PlainReader
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
 from tests.cgroups import Workload, cgroup
-from tests.fixturetree import PASS1, SEC
+from tests.fixturetree import PASS1, SEC, every_process
 
 
 class CountingProcFS(ProcFS):
@@ -52,11 +53,6 @@ class CountingProcFS(ProcFS):
     def threads(self, pid):
         self.by_pid[pid, "task/"] += 1
         return super().threads(pid)
-
-
-def every_process(readings) -> tuple:
-    """A pass's processes read and carried: what a plain reader of every file reads."""
-    return readings.processes + tuple(r for b in readings.carried for r in b.readings.values())
 
 
 def comparable(readings) -> dict:

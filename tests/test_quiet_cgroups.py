@@ -22,13 +22,14 @@ from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine, PassResult
 from collector.exporter import PassLoop
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
 from collector.plainread import PlainReader
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import WHOLE_READ_PASSES, Reader
 from collector.tracker import Tracker
 from tests.cgroupfixture import Process, pressure, v2_stat, write_proc
-from tests.fixturetree import ScriptedClock
+from tests.fixturetree import ScriptedClock, every_process
 from tests.test_incremental import CountingProcFS, comparable
 
 A = "kubepods/burstable/podaaaaaaaa-0000-4000-8000-00000000000a"  # idle
@@ -140,7 +141,8 @@ def pass_of_both(fast: Engine, full: Engine, counting: CountingProcFS) -> set[in
     counting.by_pid.clear()
     fast.run_pass()
     full.run_pass()
-    assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
+    fast_read, full_read = every_process(fast.reader.last), every_process(full.reader.last)
+    assert comparable(fast_read) == comparable(full_read)
     return {pid for (pid, _), n in counting.by_pid.items() if n}
 
 
@@ -158,7 +160,7 @@ def test_idle_groups_are_carried_unread_and_identical_to_a_full_read(tmp_path):
         results.append(fast.run_pass())
         plain = full.run_pass()
         ours, theirs = fast.reader.last, full.reader.last
-        assert comparable(ours.every_process) == comparable(theirs.every_process)
+        assert comparable(every_process(ours)) == comparable(every_process(theirs))
         # the sums too: carried processes go through the guard and the sums as a block;
         # observed time differs by the scripted clock's microsecond per reading only
         assert same_sums(results[-1], plain)
@@ -274,8 +276,8 @@ def test_a_group_first_read_after_its_processes_proves_nothing_until_read_before
     for _ in range(3):  # nothing runs any more
         fast.run_pass()
         full.run_pass()
-        assert comparable(fast.reader.last.every_process) == comparable(
-            full.reader.last.every_process
+        assert comparable(every_process(fast.reader.last)) == comparable(
+            every_process(full.reader.last)
         )
     totals = {g.labels: t for g, t in fast.totals.snapshot().items()}
     assert totals[(("cgroup", "/" + late),)]["on_cpu_nanos"] == 10**9  # the run, counted
@@ -308,8 +310,9 @@ def test_a_carried_process_is_read_whole_every_k_passes(tmp_path):
         "task/status",
         "task/io",
     }
-    assert comparable(fast.reader.last.every_process) == comparable(full.reader.last.every_process)
-    (whole,) = [r for r in fast.reader.last.every_process if r.pid == pid]
+    fast_read, full_read = every_process(fast.reader.last), every_process(full.reader.last)
+    assert comparable(fast_read) == comparable(full_read)
+    (whole,) = [r for r in fast_read if r.pid == pid]
     assert whole.rss_bytes == 40 * 4096
     # the other four (B does not run in this test) were carried
     assert fast.reader.last.carried_by_cgroup == 4
@@ -380,7 +383,7 @@ def test_a_pid_naming_a_new_process_has_its_cgroup_read_at_its_first_two_sightin
     node.processes[3] = dataclasses.replace(new, cgroup=f"0::/{A}/{CID}\n")
     node.write()
     pass_of_both(fast, full, counting)
-    (moved,) = (r for r in fast.reader.last.every_process if r.pid == IDLE_S)
+    (moved,) = (r for r in every_process(fast.reader.last) if r.pid == IDLE_S)
     assert moved.cgroup == f"0::/{A}/{CID}\n".encode()
 
 
