@@ -33,6 +33,7 @@ from collector.groups import (
     leads_to_pods,
     pod_of_dir,
 )
+from collector.memo import make_room
 from collector.model import (
     WHOLE_READ_PASSES,
     Bandwidth,
@@ -336,8 +337,7 @@ class CgroupFS:
         key = (parents, child)
         known = self._dirs.get(key)
         if known is None:
-            if len(self._dirs) > 65536:
-                self._dirs.clear()
+            make_room(self._dirs)
             name = child.decode(errors="replace")
             pod = pod_of_dir(list(parents), name) if "pod" in name else None
             descend = pod is None and len(parents) < _KUBEPODS_DEPTH

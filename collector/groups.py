@@ -1,9 +1,8 @@
-"""Which group a process belongs to (docs/reference.md §4), and the names of pods from
-the node's files.
+"""Which group a process belongs to (docs/reference.md §4).
 
 `classify` is a pure function from the text of `/proc/<pid>/cgroup` to a `PodRef` (a
-kubelet pod segment was found) or a cgroup path. `PodNames` reads the directories that
-kubelet writes under `/var/log/pods` and `/var/log/containers`; no API access is needed.
+kubelet pod segment was found) or a cgroup path; `Grouper` remembers its answers and
+names the pods' groups with `collector.podnames.PodNames`, the reader of kubelet's files.
 """
 
 from __future__ import annotations
@@ -17,8 +16,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from collector.cgroupns import HOST, CgroupNamespace
+from collector.memo import make_room
 from collector.model import CgroupLine
 from collector.parse import parse_cgroup
+from collector.podnames import PodNames
 
 log = logging.getLogger(__name__)
 
@@ -262,87 +263,6 @@ def classify(cgroup_text: bytes, namespace: CgroupNamespace = HOST) -> Classifie
     return Classified(None, label, cgroup_dirs(placed, label))
 
 
-@dataclass(frozen=True, slots=True)
-class PodInfo:
-    namespace: str
-    name: str
-
-
-class PodNames:
-    """Pod and container names from the files kubelet writes on the node.
-
-    `/var/log/pods/<namespace>_<pod>_<uid>/` gives a pod's names by UID and
-    `/var/log/containers/<pod>_<namespace>_<container>-<container id>.log` a container's
-    name by ID. Re-read only when a directory's mtime changes.
-    """
-
-    _CONTAINER_LOG = re.compile(
-        r"^(?P<pod>[^_]+)_(?P<ns>[^_]+)_(?P<name>.+)-(?P<cid>[0-9a-f]+)\.log$"
-    )
-
-    def __init__(
-        self, pod_logs: str = "/var/log/pods", container_logs: str = "/var/log/containers"
-    ):
-        self.pod_logs = pod_logs
-        self.container_logs = container_logs
-        self._pods: dict[str, PodInfo] = {}
-        self._containers: dict[str, str] = {}
-        self._pods_mtime: int | None = None
-        self._containers_mtime: int | None = None
-
-    def refresh(self) -> bool:
-        """Re-read what changed; True if any name may have changed."""
-        changed = False
-        pods_mtime = _mtime(self.pod_logs)
-        if pods_mtime != self._pods_mtime:
-            self._pods = self._read_pods()
-            self._pods_mtime = pods_mtime
-            changed = True
-        containers_mtime = _mtime(self.container_logs)
-        if containers_mtime != self._containers_mtime:
-            self._containers = self._read_containers()
-            self._containers_mtime = containers_mtime
-            changed = True
-        return changed
-
-    def pod(self, uid: str) -> PodInfo | None:
-        return self._pods.get(uid)
-
-    def container(self, container_id: str) -> str | None:
-        return self._containers.get(container_id)
-
-    def _read_pods(self) -> dict[str, PodInfo]:
-        pods = {}
-        for entry in _listdir(self.pod_logs):
-            parts = entry.split("_")
-            if len(parts) == 3 and all(parts):
-                namespace, name, uid = parts
-                pods[uid] = PodInfo(namespace, name)
-        return pods
-
-    def _read_containers(self) -> dict[str, str]:
-        containers = {}
-        for entry in _listdir(self.container_logs):
-            match = self._CONTAINER_LOG.match(entry)
-            if match is not None:
-                containers[match["cid"]] = match["name"]
-        return containers
-
-
-def _mtime(path: str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
 class Grouper:
     """Turns a process's cgroup bytes into its `Group`, with names from `PodNames`."""
 
@@ -408,16 +328,14 @@ class Grouper:
             return self._paths[key]
         except KeyError:
             pass
-        if len(self._paths) > 65536:
-            self._paths.clear()
+        make_room(self._paths)
         path = host_path_in(cgroup_text, hierarchy, self.namespace)
         found = self._paths[key] = None if path is None else os.fsencode(path)
         return found
 
     def _classify(self, cgroup_text: bytes) -> tuple[Group | None, CgroupDirs]:
         """Classify once per distinct cgroup file (processes of a group share its bytes)."""
-        if len(self._groups) > 65536:
-            self._groups.clear()
+        make_room(self._groups)
         classified = classify(cgroup_text, self.namespace)
         found = self._groups[cgroup_text] = (self._group_of(classified), classified.dirs)
         return found
@@ -438,8 +356,7 @@ class Grouper:
         (`refresh`, `learn_qos`): asked for every pod on the node every pass."""
         group = self._pod_groups.get(pod)
         if group is None:
-            if len(self._pod_groups) > 65536:
-                self._pod_groups.clear()
+            make_room(self._pod_groups)
             group = self._pod_groups[pod] = self._make_pod_group(pod)
         return group
 

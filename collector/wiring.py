@@ -15,9 +15,10 @@ from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS, detect
 from collector.engine import Engine
 from collector.exposition import Shapes
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
 from collector.model import WHOLE_READ_PASSES
 from collector.plainread import boottime_ns
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker

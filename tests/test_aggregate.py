@@ -2,9 +2,10 @@
 guarded deltas, forgotten after a group is gone."""
 
 from collector.aggregate import Totals, group_pass
-from collector.groups import Group, Grouper, PodNames
+from collector.groups import Group, Grouper
 from collector.model import Fields
 from collector.plainread import Carried, Footprint
+from collector.podnames import PodNames
 from collector.tracker import ProcessDelta
 from tests.test_tracker import SEC, proc
 

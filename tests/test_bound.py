@@ -23,9 +23,10 @@ import pytest
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine, PassResult
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
 from collector.model import WHOLE_READ_PASSES
 from collector.plainread import PlainReader
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker

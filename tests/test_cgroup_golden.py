@@ -20,7 +20,8 @@ from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.cgroupns import HOST, CgroupNamespace
 from collector.engine import Engine, PassResult
-from collector.groups import Grouper, PodNames
+from collector.groups import Grouper
+from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker

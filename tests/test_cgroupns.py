@@ -28,8 +28,9 @@ from collector.cgroupns import (
     root_from,
     shares_hosts_namespace,
 )
-from collector.groups import UNPLACED, Grouper, PodNames, classify
+from collector.groups import UNPLACED, Grouper, classify
 from collector.model import CgroupLine
+from collector.podnames import PodNames
 from tests.cgroups import Workload, cgroups, enter, hierarchy
 
 UID = "6f1d3b0e-2c4a-4e8b-9a51-0c7d2e4f8a10"

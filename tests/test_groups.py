@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from collector.groups import Grouper, PodNames, PodRef, classify, strip_namespace_prefix
+from collector.groups import Grouper, PodRef, classify, strip_namespace_prefix
+from collector.podnames import PodNames
 
 UID = "6f1d3b0e-2c4a-4e8b-9a51-0c7d2e4f8a10"
 UID_ = UID.replace("-", "_")
