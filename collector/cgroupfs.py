@@ -1,9 +1,8 @@
-"""CgroupFS: the one object that touches the cgroup filesystem (docs/reference.md §7).
-
-It finds the hierarchies under `--path.cgroupfs` by what they hold (the host's
-`/sys/fs/cgroup`, mounted read-only in a container, or a fixture tree of plain files),
-lists the pod cgroups under kubelet's `kubepods` tree, and reads each group's own
-counters into a `CgroupReading`. Parsing is left to collector/parse.py.
+"""The cgroup filesystem (docs/reference.md §7): `detect` finds the hierarchies under
+`--path.cgroupfs` by what they hold (the host's `/sys/fs/cgroup`, mounted read-only in a
+container, or a fixture tree of plain files), and `CgroupFS` reads each group's own
+counters into a `CgroupReading`. Where the pods' cgroups are is
+collector/podcgroups.py's; parsing is collector/parse.py's.
 
 Which hierarchy a field comes from is decided per group: v2 first, then the v1
 controllers, each field from the first hierarchy where the group's own directory has it.
@@ -26,14 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
-from collector.groups import (
-    HIERARCHY_ORDER,
-    PodRef,
-    container_of_dir,
-    leads_to_pods,
-    pod_of_dir,
-)
-from collector.memo import make_room
+from collector.groups import HIERARCHY_ORDER
 from collector.model import (
     WHOLE_READ_PASSES,
     Bandwidth,
@@ -62,12 +54,9 @@ _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 HELD_DIRECTORIES = 512
 """At most this many group directories are held open (`CgroupFS._held_dir`): far below
 the 1024 descriptors a container runtime allows by default."""
-_KUBEPODS_DEPTH = 4  # kind: kubelet.slice/kubelet-kubepods.slice/…-burstable.slice/…-pod<uid>
 _PSI_FILES = (b"cpu.pressure", b"memory.pressure", b"io.pressure")
 _PSI = tuple[Pressure | None, Pressure | None, Pressure | None]
 _NO_PSI: _PSI = (None, None, None)
-_Listing = list[tuple[bytes, int]]  # (name, inode) of each directory in a directory
-_Found = list[tuple[PodRef, bytes, int]]  # (pod or container, path, inode) of each found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -197,9 +186,10 @@ class _Plan(NamedTuple):
 
 
 class CgroupFS:
-    """Cgroup hierarchies under `root`, found once, at construction (a node's cgroup
-    mounts are made at boot; a collector started before them is restarted by its
-    liveness probe or by hand, and says at start-up what it found)."""
+    """Reads groups' cgroup counters in the hierarchies under `root`, found once, at
+    construction (a node's cgroup mounts are made at boot; a collector started before
+    them is restarted by its liveness probe or by hand, and says at start-up what it
+    found)."""
 
     def __init__(
         self,
@@ -214,137 +204,17 @@ class CgroupFS:
         # K (collector/model.py); None only where a test looks at one shortcut alone
         self.whole_read_passes = whole_read_passes
         self.hierarchies = detect(root)
-        self._dirs: dict[tuple[tuple[str, ...], bytes], tuple[PodRef | None, bool]] = {}
         self._held: dict[bytes, tuple[int, int]] = {}  # directory → (inode, O_PATH fd)
         self._held_used: set[bytes] = set()
-        self._real: dict[bytes, bytes] = {}  # hierarchy root → its real path
         # The PSI totals of the groups' parent directories: read at the first group of
         # each in a pass (this pass's), and as the last pass left them (`_stalled_below`).
         self._parents: dict[bytes, _PSI] = {}
         self._parents_before: dict[bytes, _PSI] = {}
         self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
         self._passes = 1  # this pass's number (`release_unused` ends one)
-        # What the last pass's listings made (`pods`), by hierarchy root: each directory
-        # walked, by its path, with its listing and the pods and directories to walk
-        # found in it, and the pods found; the same for the pods' containers; and the
-        # `Location`s made from them all.
-        self._walks: dict[bytes, tuple[dict[bytes, tuple[_Listing, _Found, list]], _Found]] = {}
-        self._children: dict[
-            bytes, tuple[_Found, dict[bytes, tuple[_Listing, _Found]], _Found]
-        ] = {}
-        self._found: tuple[list[tuple[str, _Found]], dict[PodRef, tuple[Location, ...]]] = ([], {})
         # the groups' plans (`read_groups`), and how many groups this pass read
         self._plans: dict[Hashable, _Plan] = {}
         self._groups_read = 0
-
-    # -- listing -----------------------------------------------------------------------
-
-    def pods(self, per_container: bool) -> dict[PodRef, tuple[Location, ...]]:
-        """Every pod cgroup under kubelet's tree, in every hierarchy (with
-        `per_container`, every container cgroup of every pod instead).
-
-        Every directory is listed every pass, and what a listing holds is made anew
-        where it differs from the same directory's at the last pass (a name or an
-        inode); where none differs, the last pass's pods and `Location`s are handed out
-        again (tuples: immutable, shared between passes)."""
-        lists: list[tuple[str, _Found]] = []
-        listed: dict[bytes, _Found] = {}
-        for hierarchy in HIERARCHY_ORDER:
-            root = self.hierarchies.root(hierarchy)
-            if root is None:
-                continue
-            # co-mounted controllers (`cpu` and `cpuacct` both linking to `cpu,cpuacct`)
-            # are one tree: listed once
-            real = self._real.get(root) or self._real.setdefault(root, os.path.realpath(root))
-            if real not in listed:
-                pods = self._pod_dirs(root)
-                listed[real] = self._container_dirs(root, pods) if per_container else pods
-            lists.append((hierarchy, listed[real]))
-        last, made = self._found
-        if len(last) == len(lists) and all(
-            hierarchy == before and found is found_before
-            for (hierarchy, found), (before, found_before) in zip(lists, last, strict=True)
-        ):
-            return dict(made)
-        found: dict[PodRef, list[Location]] = {}
-        for hierarchy, entries in lists:
-            for ref, path, inode in entries:
-                found.setdefault(ref, []).append(Location(hierarchy, path, inode, True))
-        made = {ref: tuple(locations) for ref, locations in found.items()}
-        self._found = (lists, made)
-        return dict(made)
-
-    def _pod_dirs(self, root: bytes) -> _Found:
-        """(pod, path, inode) of each pod directory: a walk down the kubepods directories
-        only (a few scandir calls), never the whole tree. Where every directory listed
-        the same as at the last walk, the last walk's list (a walk goes where its
-        listings lead: the same listings, the same walk)."""
-        before, pods = self._walks.get(root, ({}, []))
-        changed = root not in self._walks
-        walked: dict[bytes, tuple[_Listing, _Found, list]] = {}
-        stack: list[tuple[bytes, tuple[str, ...]]] = [(b"", ())]
-        while stack:
-            path, parents = stack.pop()
-            listing = _subdirs(root + path)
-            seen = before.get(path)
-            if seen is None or seen[0] != listing:
-                changed = True
-                here: _Found = []
-                below: list[tuple[bytes, tuple[str, ...]]] = []
-                for child, inode in listing:
-                    pod, descend = self._classify_dir(parents, child)
-                    if pod is not None:
-                        here.append((pod, path + b"/" + child, inode))
-                    elif descend:
-                        below.append(
-                            (path + b"/" + child, (*parents, child.decode(errors="replace")))
-                        )
-                seen = (listing, here, below)
-            walked[path] = seen
-            stack.extend(seen[2])
-        if changed:
-            pods = [pod for _, here, _ in walked.values() for pod in here]
-            pods.sort(key=lambda found: found[1])
-        self._walks[root] = (walked, pods)
-        return pods
-
-    def _container_dirs(self, root: bytes, pods: _Found) -> _Found:
-        """(container, path, inode) of each container directory of the `pods`: the last
-        pass's list where the pods and every pod directory's listing are the same."""
-        pods_before, before, containers = self._children.get(root, (None, {}, []))
-        changed = pods is not pods_before
-        listings: dict[bytes, tuple[_Listing, _Found]] = {}
-        for pod, path, _ in pods:
-            listing = _subdirs(root + path)
-            seen = before.get(path)
-            if seen is None or seen[0] != listing:
-                changed = True
-                here: _Found = []
-                for child, child_inode in listing:
-                    container = container_of_dir(pod, child.decode(errors="replace"))
-                    if container is not None:
-                        here.append((container, path + b"/" + child, child_inode))
-                seen = (listing, here)
-            listings[path] = seen
-        if changed:
-            containers = [entry for _, here in listings.values() for entry in here]
-        self._children[root] = (pods, listings, containers)
-        return containers
-
-    def _classify_dir(self, parents: tuple[str, ...], child: bytes) -> tuple[PodRef | None, bool]:
-        """(the pod a directory is, whether to look below it), remembered: a node's pod
-        directories are listed every pass and change a few at a time."""
-        key = (parents, child)
-        known = self._dirs.get(key)
-        if known is None:
-            make_room(self._dirs)
-            name = child.decode(errors="replace")
-            pod = pod_of_dir(list(parents), name) if "pod" in name else None
-            descend = pod is None and len(parents) < _KUBEPODS_DEPTH
-            known = self._dirs[key] = (pod, descend and leads_to_pods(name, (parents or ("",))[-1]))
-        return known
-
-    # -- reading -----------------------------------------------------------------------
 
     def read_groups(
         self,
@@ -593,7 +463,7 @@ class CgroupFS:
             stack = [(b"", directory)]
             while stack:
                 relative, directory = stack.pop()
-                for child, child_inode in _subdirs(directory):
+                for child, child_inode in subdirs(directory):
                     path = relative + b"/" + child
                     below = directory + b"/" + child
                     stat = _parsed(below + b"/cpu.stat", _cpu_stat)
@@ -686,7 +556,7 @@ def _with_quota(
     return counters._replace(quota_ns=quota_us * 1000, period_ns=period_us * 1000)
 
 
-def _subdirs(directory: bytes) -> list[tuple[bytes, int]]:
+def subdirs(directory: bytes) -> list[tuple[bytes, int]]:
     """(name, inode) of the directories in `directory`; none if it is gone."""
     try:
         with os.scandir(directory) as entries:

@@ -24,6 +24,7 @@ from collector.model import (
     Fields,
     Malformed,
 )
+from collector.podcgroups import PodCgroups
 from collector.processes import ProcessTable
 from collector.reading import Reader
 from collector.tracker import Tracker
@@ -134,6 +135,8 @@ class Engine:
         self.grouper = grouper
         self.totals = totals or Totals()
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
+        # where the pods' cgroups are, in the hierarchies the reader found
+        self.pod_cgroups = None if cgroupfs is None else PodCgroups(cgroupfs.hierarchies)
         self.cgroup_tracker = CgroupTracker()
         self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
         self._cgroup_dirs: dict[Group, CgroupDirs] = {}  # of the last pass's non-pod groups
@@ -233,9 +236,9 @@ class Engine:
         the cgroups of the non-pod groups the last pass saw. Pods are listed before the
         processes are grouped: a pod's own directory says its QoS class where a process's
         namespaced path may not (`Grouper.learn_qos`)."""
-        if self.cgroupfs is None:
+        if self.pod_cgroups is None:
             return {}
-        pods = self.cgroupfs.pods(self.grouper.per_container)
+        pods = self.pod_cgroups.pods(self.grouper.per_container)
         self.grouper.learn_qos(pods)
         targets: dict[Group, list[Location]] = {}
         for pod, locations in pods.items():

@@ -19,10 +19,26 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collector.cgroupfs import CgroupFS
+from collector.podcgroups import PodCgroups
+
 Files = dict[str, str]
+
+
+_LISTINGS: weakref.WeakKeyDictionary[CgroupFS, PodCgroups] = weakref.WeakKeyDictionary()
+
+
+def pod_cgroups(fs: CgroupFS, per_container: bool = False) -> dict:
+    """The pod (or container) cgroups in `fs`'s hierarchies, listed by one `PodCgroups`
+    per reader, kept from call to call as the engine keeps its own."""
+    listing = _LISTINGS.get(fs)
+    if listing is None:
+        listing = _LISTINGS[fs] = PodCgroups(fs.hierarchies)
+    return listing.pods(per_container)
 
 
 def v1_stat(periods: int, throttled: int, throttled_ns: int) -> str:

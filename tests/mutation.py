@@ -94,6 +94,7 @@ is skipped, and said."""
 
 READING = "collector/reading.py"
 CGROUPFS = "collector/cgroupfs.py"
+PODCGROUPS = "collector/podcgroups.py"
 ENGINE = "collector/engine.py"
 TRACKER = "collector/tracker.py"
 CGROUPGUARD = "collector/cgroupguard.py"
@@ -409,20 +410,21 @@ def _mutants() -> Iterator[Mutant]:
         "if plan is None:",
         "a cgroup made anew (a new inode) is read as the old one: the guard subtracts across two",
     )  # fmt: skip
+    # -- collector/podcgroups.py: the listing's shortcut ----------------------------------
     yield m(
-        "cgroupfs/pod-listing-kept-when-changed", CGROUPFS,
-        "if seen is None or seen[0] != listing:\n                changed = True\n"
-        "                here: _Found = []\n                below",
+        "podcgroups/pod-listing-kept-when-changed", PODCGROUPS,
+        "if seen is None or seen.listing != listing:\n                changed = True\n"
+        "                here: Found = []\n                below",
         "if seen is None:\n                changed = True\n"
-        "                here: _Found = []\n                below",
+        "                here: Found = []\n                below",
         "a pod made or removed under a directory listed before is never seen, or never let go",
     )  # fmt: skip
     yield m(
-        "cgroupfs/container-listing-kept-when-changed", CGROUPFS,
-        "if seen is None or seen[0] != listing:\n                changed = True\n"
-        "                here: _Found = []\n                for child, child_inode",
+        "podcgroups/container-listing-kept-when-changed", PODCGROUPS,
+        "if seen is None or seen.listing != listing:\n                changed = True\n"
+        "                here: Found = []\n                for child, child_inode",
         "if seen is None:\n                changed = True\n"
-        "                here: _Found = []\n                for child, child_inode",
+        "                here: Found = []\n                for child, child_inode",
         "with --per-container, a container started in a pod listed before is never seen",
     )  # fmt: skip
     # -- collector/engine.py: which cgroups are quiet --------------------------------------

@@ -12,7 +12,17 @@ from collector.cgroupfs import CgroupFS, Location, detect
 from collector.cgroupguard import CgroupTracker
 from collector.groups import PodRef
 from collector.model import WHOLE_READ_PASSES, CgroupReading, Malformed
-from tests.cgroupfixture import LAYOUTS, MAIN, CgroupReads, CgroupTree, psi, v1_stat, v2_stat
+from collector.podcgroups import PodCgroups
+from tests.cgroupfixture import (
+    LAYOUTS,
+    MAIN,
+    CgroupReads,
+    CgroupTree,
+    pod_cgroups,
+    psi,
+    v1_stat,
+    v2_stat,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,7 +49,7 @@ def test_detect_nothing_and_no_psi(tmp_path):
 def test_pods_are_listed_in_every_hierarchy_with_their_qos():
     tree = CgroupTree(MAIN)
     fs = CgroupFS(str(tree.root))
-    pods = fs.pods(per_container=False)
+    pods = pod_cgroups(fs, False)
     by_uid = {
         pod.uid: (pod, {loc.hierarchy for loc in locations}) for pod, locations in pods.items()
     }
@@ -50,7 +60,7 @@ def test_pods_are_listed_in_every_hierarchy_with_their_qos():
     assert by_uid["7c6d5e4f-3a2b-4c1d-9e8f-a0b1c2d3e4f5"][0].qos == "guaranteed"
     assert by_uid["7c6d5e4f-3a2b-4c1d-9e8f-a0b1c2d3e4f5"][1] == {"v2", "cpu", "cpuacct"}
     assert by_uid["9f8e7d6c5b4a39281706f5e4d3c2b1a0"][0].qos == "besteffort"  # static pod
-    containers = fs.pods(per_container=True)
+    containers = pod_cgroups(fs, True)
     ids = {pod.container_id[:4] for pod in containers}
     assert {"a1a1", "e5e5", "b2b2", "d4d4", "c3c3"} <= ids
     assert not any(pod.container_id == "" for pod in containers)
@@ -84,7 +94,7 @@ def test_bandwidth_of_an_idle_group_is_carried_and_a_late_period_is_deferred_not
     over; the period timer's last idle period, counted after the last run, shows up at
     the next pass whose usage moved. The totals over the passes are exact."""
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
-    ((pod_ref, locations),) = fs.pods(False).items()
+    ((pod_ref, locations),) = pod_cgroups(fs, False).items()
     tracker = CgroupTracker()
     readings = []
 
@@ -115,7 +125,7 @@ def test_a_cgroup_made_anew_with_the_same_usage_has_its_bandwidth_read(tmp_path)
     removed and made again under its path (a new inode) whose usage happens to read the
     same has its own counters, read, never the old cgroup's carried."""
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     first = fs.read_group(locations)
     for child in (pod / "c1", pod):
         for name in os.listdir(child):
@@ -123,7 +133,7 @@ def test_a_cgroup_made_anew_with_the_same_usage_has_its_bandwidth_read(tmp_path)
                 os.remove(child / name)
         os.rmdir(child)
     _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 4, 1, 300)})
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     again = fs.read_group(locations, first)
     assert again.usage_ns == first.usage_ns and again.identity != first.identity
     assert [(b.periods, b.throttled_periods) for b in again.bandwidth] == [(0, 0), (4, 1)]
@@ -138,7 +148,7 @@ def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
     for resource in ("cpu", "memory", "io"):
         (pod / f"{resource}.pressure").write_text(psi(0))
         (pod.parent / f"{resource}.pressure").write_text(psi(0))
-    ((pod_ref, locations),) = fs.pods(False).items()
+    ((pod_ref, locations),) = pod_cgroups(fs, False).items()
     reads = CgroupReads(monkeypatch)
     tracker = CgroupTracker()
     readings: list = []
@@ -168,7 +178,7 @@ def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
 
 def test_a_group_read_whole_when_its_usage_moved(tmp_path):
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     first = fs.read_group(locations)
     _write(pod / "cpu.stat", v2_stat(101, 0))
     _write(pod / "c1" / "cpu.stat", v2_stat(101, 12, 2, 500))
@@ -183,7 +193,7 @@ def test_a_quota_is_read_where_a_period_was_throttled_and_carried_elsewhere(tmp_
     fs, pod = _pod(tmp_path, v2_stat(100, 10, 0, 0), {"c1": v2_stat(100, 10, 2, 500)})
     (pod / "cpu.max").write_text("max 100000\n")
     (pod / "c1" / "cpu.max").write_text("20000 100000\n")
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     reads = CgroupReads(monkeypatch)
     first = fs.read_group(locations)
     assert "cpu.max" not in reads.names_in(pod)  # the pod never throttled: no quota read
@@ -216,7 +226,7 @@ def test_a_cgroup_made_anew_with_the_same_throttled_count_has_its_quota_read(tmp
 
     fs, pod = _pod(tmp_path, v2_stat(100, 10, 2, 500), {})
     (pod / "cpu.max").write_text("20000 100000\n")
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     reading = fs.read_group(locations)
     (own,) = reading.bandwidth
     old = Bandwidth(b"", own.inode + 1, own.periods, own.throttled_periods, own.throttled_ns,
@@ -252,7 +262,7 @@ def test_a_v1_quota_is_read_from_its_two_files(tmp_path):
 
 def test_a_group_gone_before_it_is_read_is_not_an_error(tmp_path):
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     for name in os.listdir(pod):
         os.unlink(pod / name)
     pod.rmdir()
@@ -274,7 +284,7 @@ def test_v1_cgroup_with_no_bandwidth_file_has_no_bandwidth(tmp_path):
 def test_directories_are_held_while_read_and_let_go_after(tmp_path):
     tree = CgroupTree(MAIN, str(tmp_path / "cg"))
     fs = CgroupFS(str(tree.root))
-    targets = {ref: locations for ref, locations in fs.pods(False).items()}
+    targets = {ref: locations for ref, locations in pod_cgroups(fs, False).items()}
     fs.read_groups(targets, {})
     fs.release_unused()
     held = dict(fs._held)
@@ -296,7 +306,7 @@ def test_a_directory_made_anew_is_not_read_through_the_old_descriptor(tmp_path, 
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {})
 
     def read() -> CgroupReading:
-        ((_, locations),) = fs.pods(False).items()
+        ((_, locations),) = pod_cgroups(fs, False).items()
         if not by_group:
             return fs.read_group(locations)
         (reading,) = fs.read_groups({"pod": list(locations)}, {}).values()
@@ -318,7 +328,7 @@ def test_a_v1_pod_sums_the_bandwidth_of_every_cgroup_below_it(tmp_path):
     (deeper / ("1c" * 32) / "nested").mkdir()
     (deeper / ("1c" * 32) / "nested" / "cpu.stat").write_text(v1_stat(4, 4, 40))
     fs = CgroupFS(str(tree.root))
-    pods = fs.pods(False)
+    pods = pod_cgroups(fs, False)
     (locations,) = [loc for ref, loc in pods.items() if ref.uid.startswith("aaaa")]
     bandwidth = fs.read_group(locations).bandwidth
     assert sorted(b.path for b in bandwidth) == [
@@ -332,13 +342,13 @@ def test_a_v1_pod_sums_the_bandwidth_of_every_cgroup_below_it(tmp_path):
 def test_co_mounted_controllers_are_listed_once(tmp_path):
     """`cpu` and `cpuacct` linking to one `cpu,cpuacct` tree: one walk, both locations."""
     tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
-    fs = CgroupFS(str(tree.root))
+    listing = PodCgroups(detect(str(tree.root)))
     walked = []
-    walk = fs._pod_dirs
-    fs._pod_dirs = lambda root: walked.append(root) or walk(root)
-    pods = fs.pods(False)
+    walk = listing._pod_dirs
+    listing._pod_dirs = lambda root: walked.append(root) or walk(root)
+    found = listing.pods(False)
     assert len(walked) == 1
-    for locations in pods.values():
+    for locations in found.values():
         assert sorted(loc.hierarchy for loc in locations) == ["cpu", "cpuacct"]
 
 
@@ -356,7 +366,7 @@ def test_every_listing_is_read_again_and_what_it_holds_made_again_where_it_chang
     def listed() -> dict[tuple[str, str], int]:
         return {
             (ref.uid[:1], ref.container_id[:2]): location.inode
-            for ref, locations in fs.pods(per_container).items()
+            for ref, locations in pod_cgroups(fs, per_container).items()
             for location in locations
         }
 
@@ -411,7 +421,7 @@ def test_pressure_below_a_parent_whose_totals_did_not_move_is_carried_not_read(
 
     def read_pass() -> dict:
         reads.seen.clear()
-        targets = fs.pods(per_container=False)
+        targets = pod_cgroups(fs, False)
         got = fs.read_groups(targets, readings)
         fs.release_unused()
         readings.clear()
@@ -421,7 +431,7 @@ def test_pressure_below_a_parent_whose_totals_did_not_move_is_carried_not_read(
     def truth() -> dict:  # a collector started now: reads every file (not counted)
         kept = list(reads.seen)
         fresh = CgroupFS(str(tmp_path))
-        got = fresh.read_groups(fresh.pods(per_container=False), {})
+        got = fresh.read_groups(pod_cgroups(fresh, False), {})
         reads.seen[:] = kept
         return {pod.uid[:1]: reading.pressure for pod, reading in got.items()}
 

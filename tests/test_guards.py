@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from collector.cgroupfs import CgroupFS
-from tests.cgroupfixture import psi, v1_stat, v2_stat
+from tests.cgroupfixture import pod_cgroups, psi, v1_stat, v2_stat
 from tests.fixturetree import PASS1
 from tests.test_bound import (
     CID,
@@ -130,7 +130,7 @@ def test_bandwidth_unread_last_pass_is_read_though_usage_stood_still(tmp_path):
     pod.mkdir(parents=True)
     (pod / "cpu.stat").write_text("usage_usec 100\nnr_periods 10\nnr_throttled 2\n")  # cut
     fs = CgroupFS(str(tmp_path), whole_read_passes=None)
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     first = fs.read_group(locations)
     assert first.bandwidth is None
     fs.release_unused()
@@ -151,7 +151,7 @@ def test_psi_of_a_reading_two_passes_old_is_not_carried(tmp_path):
             (d / name).write_text(psi(5))
     (pod / "cpu.stat").write_text(v2_stat(100))
     fs = CgroupFS(str(tmp_path), whole_read_passes=None)
-    ((_, locations),) = fs.pods(False).items()
+    ((_, locations),) = pod_cgroups(fs, False).items()
     first = fs.read_group(locations)
     fs.release_unused()
     fs.release_unused()  # a pass that did not read it

@@ -21,6 +21,11 @@ PINNED = {
     "collector.cgroupfs._Plan": (
         "locations", "listed", "stagger", "v2", "cpuacct", "cpu", "identities",
     ),
+    "collector.podcgroups._Seen": ("listing", "pods", "below"),
+    "collector.podcgroups._Walk": ("seen", "pods"),
+    "collector.podcgroups._PodDir": ("listing", "containers"),
+    "collector.podcgroups._Containers": ("pods", "pod_dirs", "containers"),
+    "collector.podcgroups._Made": ("found", "locations"),
     "collector.groups.Group": ("kind", "labels"),
     "collector.waits.NodeCPU": ("cpus", "busy_ns"),
     "collector.waits.NodeInterval": ("cpus", "interval_ns", "busy_ns"),

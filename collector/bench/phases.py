@@ -26,6 +26,7 @@ from unittest.mock import patch
 
 import collector.cgroupfs
 import collector.engine
+import collector.podcgroups
 from collector.bench.floor import naive_pass, read_file
 from collector.bench.serve import SERVED_INTERVAL
 from collector.bench.tables import pid_room, pod_cgroups, pod_names, synthetic_table
@@ -111,7 +112,7 @@ def served_phases(
         (reader, "read_pass", "read"),
         (reader, "_carry_blocks", "carry"),
         (engine, "_quiet", "carry"),
-        (cgroupfs, "pods", "cg-list"),
+        (engine.pod_cgroups, "pods", "cg-list"),
         (grouper, "learn_qos", "cg-list"),
         (cgroupfs, "read_groups", "cg-read"),
         (engine.tracker, "advance", "guard"),
@@ -177,7 +178,10 @@ def kernel_floor(
         patch.object(procfs, "read", recording("file", procfs.read, lambda p: (p, None))),
         patch.object(procfs, "threads", recording("dir", procfs.threads, procfs.task_dir)),
         patch.object(module, "_read", recording("file", module._read, lambda *a: (*a, None)[:2])),
-        patch.object(module, "_subdirs", recording("dir", module._subdirs, lambda d: d)),
+        patch.object(module, "subdirs", recording("dir", module.subdirs, lambda d: d)),
+        patch.object(
+            collector.podcgroups, "subdirs", recording("dir", module.subdirs, lambda d: d)
+        ),
     ):
         time.sleep(interval)
         loop.run_pass()
