@@ -221,7 +221,17 @@ class CgroupFS:
         targets: Mapping[Hashable, Sequence[Location]],
         previous: Mapping[Hashable, CgroupReading],
     ) -> dict[Hashable, CgroupReading]:
-        """Each group's reading (see `read_group`); `release_unused` ends the pass.
+        """Each group's reading: its cgroup counters from its directories (`targets`),
+        usage from v2 `cpu.stat`, else v1 `cpuacct.usage`; pressure from v2; bandwidth
+        from v2 `cpu.stat` where its cpu controller is on, else v1 `cpu`. A group none
+        of whose directories could be read (the cgroup is gone) has none.
+        `release_unused` ends the pass.
+
+        With the group's `previous` reading, the bandwidth counters are carried over
+        unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
+        totals when its parent's did not move (`pressure_unmoved`) — but for one pass in
+        `WHOLE_READ_PASSES` (staggered by the inode of the group's first directory), which
+        reads every file: whatever those facts miss is read then, never lost.
 
         A group's plan (`_plan`) is kept from pass to pass while its `Location`s are the
         same (every path and inode, as listed), and made anew from them otherwise."""
@@ -241,25 +251,6 @@ class CgroupFS:
             if reading is not None:
                 readings[group] = reading
         return readings
-
-    def read_group(
-        self, locations: Sequence[Location], previous: CgroupReading | None = None
-    ) -> CgroupReading | None:
-        """A group's cgroup counters from its directories: usage from v2 `cpu.stat`, else
-        v1 `cpuacct.usage`; pressure from v2; bandwidth from v2 `cpu.stat` where its cpu
-        controller is on, else v1 `cpu`. None if none of its directories could be read
-        (the cgroup is gone).
-
-        With the group's `previous` reading, the bandwidth counters are carried over
-        unread when the usage did not move (`_bandwidth_unchanged`), and a PSI file's
-        totals when its parent's did not move (`pressure_unmoved`) — but for one pass in
-        `WHOLE_READ_PASSES` (staggered by the inode of the group's first directory), which
-        reads every file: whatever those facts miss is read then, never lost.
-        """
-        plan = self._plan(locations)
-        if plan is None:
-            return None
-        return self._read_plan(plan, previous, self.pressure and self.hierarchies.psi)
 
     def _plan(self, locations: Sequence[Location]) -> _Plan | None:
         """Where a group's files are: the first of its locations in each hierarchy found
@@ -300,7 +291,7 @@ class CgroupFS:
     def _read_plan(
         self, plan: _Plan, previous: CgroupReading | None, psi: bool
     ) -> CgroupReading | None:
-        """`read_group`, by the group's plan."""
+        """One group's reading (`read_groups`), by its plan."""
         _, _, stagger, v2, cpuacct, cpu, identities = plan
         if whole_read_due(stagger, self._passes, self.whole_read_passes):
             previous = None  # read whole: nothing carried over
@@ -476,7 +467,7 @@ class CgroupFS:
 
 def usage_hierarchy(reading: CgroupReading) -> str:
     """The hierarchy a reading's usage came from: v1 `cpuacct` where it was read (only
-    where the v2 `cpu.stat` had none), else v2 (`read_group`)."""
+    where the v2 `cpu.stat` had none), else v2 (`read_groups`)."""
     return CPUACCT if any(h == CPUACCT for h, _ in reading.identity) else V2
 
 

@@ -41,6 +41,11 @@ def pod_cgroups(fs: CgroupFS, per_container: bool = False) -> dict:
     return listing.pods(per_container)
 
 
+def read_group(fs: CgroupFS, locations, previous=None):
+    """One group's reading (`CgroupFS.read_groups` of it alone), given its last."""
+    return fs.read_groups({0: locations}, {} if previous is None else {0: previous}).get(0)
+
+
 def v1_stat(periods: int, throttled: int, throttled_ns: int) -> str:
     return (
         f"nr_periods {periods}\nnr_throttled {throttled}\nthrottled_time {throttled_ns}\n"

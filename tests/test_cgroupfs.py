@@ -20,6 +20,7 @@ from tests.cgroupfixture import (
     CgroupTree,
     pod_cgroups,
     psi,
+    read_group,
     v1_stat,
     v2_stat,
 )
@@ -100,7 +101,7 @@ def test_bandwidth_of_an_idle_group_is_carried_and_a_late_period_is_deferred_not
 
     def read_pass():
         previous = readings[-1] if readings else None
-        reading = fs.read_group(locations, previous)
+        reading = read_group(fs, locations, previous)
         readings.append(reading)
         return tracker.advance({pod_ref: reading}).deltas.get(pod_ref)
 
@@ -126,7 +127,7 @@ def test_a_cgroup_made_anew_with_the_same_usage_has_its_bandwidth_read(tmp_path)
     same has its own counters, read, never the old cgroup's carried."""
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
     ((_, locations),) = pod_cgroups(fs, False).items()
-    first = fs.read_group(locations)
+    first = read_group(fs, locations)
     for child in (pod / "c1", pod):
         for name in os.listdir(child):
             if not (child / name).is_dir():
@@ -134,7 +135,7 @@ def test_a_cgroup_made_anew_with_the_same_usage_has_its_bandwidth_read(tmp_path)
         os.rmdir(child)
     _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 4, 1, 300)})
     ((_, locations),) = pod_cgroups(fs, False).items()
-    again = fs.read_group(locations, first)
+    again = read_group(fs, locations, first)
     assert again.usage_ns == first.usage_ns and again.identity != first.identity
     assert [(b.periods, b.throttled_periods) for b in again.bandwidth] == [(0, 0), (4, 1)]
 
@@ -156,7 +157,7 @@ def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
 
     def read_pass() -> set[str]:
         reads.seen.clear()
-        reading = fs.read_group(locations, readings[-1] if readings else None)
+        reading = read_group(fs, locations, readings[-1] if readings else None)
         fs.release_unused()
         readings.append(reading)
         delta = tracker.advance({pod_ref: reading}).deltas.get(pod_ref)
@@ -179,10 +180,10 @@ def test_what_a_shortcut_missed_is_read_within_k_passes(tmp_path, monkeypatch):
 def test_a_group_read_whole_when_its_usage_moved(tmp_path):
     fs, pod = _pod(tmp_path, v2_stat(100, 0), {"c1": v2_stat(100, 10, 2, 500)})
     ((_, locations),) = pod_cgroups(fs, False).items()
-    first = fs.read_group(locations)
+    first = read_group(fs, locations)
     _write(pod / "cpu.stat", v2_stat(101, 0))
     _write(pod / "c1" / "cpu.stat", v2_stat(101, 12, 2, 500))
-    second = fs.read_group(locations, first)
+    second = read_group(fs, locations, first)
     assert [b.periods for b in second.bandwidth] == [0, 12]
 
 
@@ -195,7 +196,7 @@ def test_a_quota_is_read_where_a_period_was_throttled_and_carried_elsewhere(tmp_
     (pod / "c1" / "cpu.max").write_text("20000 100000\n")
     ((_, locations),) = pod_cgroups(fs, False).items()
     reads = CgroupReads(monkeypatch)
-    first = fs.read_group(locations)
+    first = read_group(fs, locations)
     assert "cpu.max" not in reads.names_in(pod)  # the pod never throttled: no quota read
     assert reads.names_in(pod / "c1") == {"cpu.stat", "cpu.max"}  # throttled before: read
     assert [(b.quota_ns, b.period_ns) for b in first.bandwidth] == [
@@ -206,17 +207,17 @@ def test_a_quota_is_read_where_a_period_was_throttled_and_carried_elsewhere(tmp_
     _write(pod / "cpu.stat", v2_stat(200, 12, 0, 0))
     _write(pod / "c1" / "cpu.stat", v2_stat(200, 12, 2, 500))  # ran, not throttled
     (pod / "c1" / "cpu.max").write_text("garbage\n")  # not read: carried
-    second = fs.read_group(locations, first)
+    second = read_group(fs, locations, first)
     assert "cpu.max" not in reads.names_in(pod / "c1")
     assert second.bandwidth[1].quota_ns == 20_000_000
     _write(pod / "cpu.stat", v2_stat(300, 13, 0, 0))
     _write(pod / "c1" / "cpu.stat", v2_stat(300, 13, 3, 600))  # throttled again: read
     (pod / "c1" / "cpu.max").write_text("50000 100000\n")
-    assert fs.read_group(locations, second).bandwidth[1].quota_ns == 50_000_000
+    assert read_group(fs, locations, second).bandwidth[1].quota_ns == 50_000_000
     _write(pod / "cpu.stat", v2_stat(400, 14, 0, 0))
     _write(pod / "c1" / "cpu.stat", v2_stat(400, 14, 4, 700))
     (pod / "c1" / "cpu.max").write_text("garbage\n")  # unreadable now: no quota, no error
-    assert fs.read_group(locations, second).bandwidth[1].quota_ns is None
+    assert read_group(fs, locations, second).bandwidth[1].quota_ns is None
 
 
 def test_a_cgroup_made_anew_with_the_same_throttled_count_has_its_quota_read(tmp_path):
@@ -227,11 +228,11 @@ def test_a_cgroup_made_anew_with_the_same_throttled_count_has_its_quota_read(tmp
     fs, pod = _pod(tmp_path, v2_stat(100, 10, 2, 500), {})
     (pod / "cpu.max").write_text("20000 100000\n")
     ((_, locations),) = pod_cgroups(fs, False).items()
-    reading = fs.read_group(locations)
+    reading = read_group(fs, locations)
     (own,) = reading.bandwidth
     old = Bandwidth(b"", own.inode + 1, own.periods, own.throttled_periods, own.throttled_ns,
                     90_000_000, 100_000_000)  # fmt: skip
-    again = fs.read_group(locations, reading._replace(bandwidth=(old,), usage_ns=None))
+    again = read_group(fs, locations, reading._replace(bandwidth=(old,), usage_ns=None))
     assert again.bandwidth[0].quota_ns == 20_000_000
 
 
@@ -254,10 +255,10 @@ def test_a_v1_quota_is_read_from_its_two_files(tmp_path):
     (directory / "cpu.cfs_period_us").write_text("100000\n")
     fs = CgroupFS(str(tree.root))
     where = [Location(h, b"/system.slice/foo.service", None, False) for h in ("cpu", "cpuacct")]
-    (counters,) = fs.read_group(where).bandwidth
+    (counters,) = read_group(fs, where).bandwidth
     assert (counters.quota_ns, counters.period_ns) == (150_000_000, 100_000_000)
     (directory / "cpu.cfs_quota_us").write_text("-1\n")  # no quota
-    assert fs.read_group(where).bandwidth[0].quota_ns is None
+    assert read_group(fs, where).bandwidth[0].quota_ns is None
 
 
 def test_a_group_gone_before_it_is_read_is_not_an_error(tmp_path):
@@ -266,16 +267,16 @@ def test_a_group_gone_before_it_is_read_is_not_an_error(tmp_path):
     for name in os.listdir(pod):
         os.unlink(pod / name)
     pod.rmdir()
-    assert fs.read_group(locations) is None
-    assert fs.read_group([Location("v2", b"/system.slice/gone.service", None, False)]) is None
+    assert read_group(fs, locations) is None
+    assert read_group(fs, [Location("v2", b"/system.slice/gone.service", None, False)]) is None
 
 
 def test_v1_cgroup_with_no_bandwidth_file_has_no_bandwidth(tmp_path):
     tree = CgroupTree(LAYOUTS["v1"], str(tmp_path / "cg"))
     os.unlink(tree.root / "cpu,cpuacct" / "system.slice" / "foo.service" / "cpu.stat")
     fs = CgroupFS(str(tree.root))
-    reading = fs.read_group(
-        [Location(h, b"/system.slice/foo.service", None, False) for h in ("cpu", "cpuacct")]
+    reading = read_group(
+        fs, [Location(h, b"/system.slice/foo.service", None, False) for h in ("cpu", "cpuacct")]
     )
     assert reading.usage_ns == 10**9 and reading.bandwidth is None
     assert reading.pressure == (None, None, None)
@@ -308,7 +309,7 @@ def test_a_directory_made_anew_is_not_read_through_the_old_descriptor(tmp_path, 
     def read() -> CgroupReading:
         ((_, locations),) = pod_cgroups(fs, False).items()
         if not by_group:
-            return fs.read_group(locations)
+            return read_group(fs, locations)
         (reading,) = fs.read_groups({"pod": list(locations)}, {}).values()
         fs.release_unused()
         return reading
@@ -330,7 +331,7 @@ def test_a_v1_pod_sums_the_bandwidth_of_every_cgroup_below_it(tmp_path):
     fs = CgroupFS(str(tree.root))
     pods = pod_cgroups(fs, False)
     (locations,) = [loc for ref, loc in pods.items() if ref.uid.startswith("aaaa")]
-    bandwidth = fs.read_group(locations).bandwidth
+    bandwidth = read_group(fs, locations).bandwidth
     assert sorted(b.path for b in bandwidth) == [
         b"",
         b"/" + ("1c" * 32).encode(),

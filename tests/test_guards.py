@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from collector.cgroupfs import CgroupFS
-from tests.cgroupfixture import pod_cgroups, psi, v1_stat, v2_stat
+from tests.cgroupfixture import pod_cgroups, psi, read_group, v1_stat, v2_stat
 from tests.fixturetree import PASS1
 from tests.test_bound import (
     CID,
@@ -131,12 +131,12 @@ def test_bandwidth_unread_last_pass_is_read_though_usage_stood_still(tmp_path):
     (pod / "cpu.stat").write_text("usage_usec 100\nnr_periods 10\nnr_throttled 2\n")  # cut
     fs = CgroupFS(str(tmp_path), whole_read_passes=None)
     ((_, locations),) = pod_cgroups(fs, False).items()
-    first = fs.read_group(locations)
+    first = read_group(fs, locations)
     assert first.bandwidth is None
     fs.release_unused()
     with open(pod / "cpu.stat", "w") as out:
         out.write(v2_stat(100, 10, 2, 500))
-    assert fs.read_group(locations, first).bandwidth is not None
+    assert read_group(fs, locations, first).bandwidth is not None
 
 
 # mutant cgroupfs/stalled-without-parent-reading (a previous reading older than the last pass)
@@ -152,13 +152,13 @@ def test_psi_of_a_reading_two_passes_old_is_not_carried(tmp_path):
     (pod / "cpu.stat").write_text(v2_stat(100))
     fs = CgroupFS(str(tmp_path), whole_read_passes=None)
     ((_, locations),) = pod_cgroups(fs, False).items()
-    first = fs.read_group(locations)
+    first = read_group(fs, locations)
     fs.release_unused()
     fs.release_unused()  # a pass that did not read it
     for d in (parent, pod):
         with open(d / "cpu.pressure", "w") as out:
             out.write(psi(9))
-    assert fs.read_group(locations, first).pressure[0].some_us == 9
+    assert read_group(fs, locations, first).pressure[0].some_us == 9
 
 
 # mutant engine/holds-unplaced-true

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from collector.cgroupfs import CgroupFS, Location
 from collector.cgroupguard import cgroup_delta
+from tests.cgroupfixture import read_group
 from tests.cgroups import Workload, cgroups
 
 KINDS = ("cpu", "cpuacct", "v2")
@@ -69,10 +70,10 @@ def measure(groups: list[Group], seconds: float, prefix: str) -> list[str]:
             path = f"/{prefix}/{group.name}".encode()
             where[group.name] = [Location(h, path, None, True) for h in KINDS]
         time.sleep(1)  # past the workloads' start
-        before = {name: fs.read_group(locations) for name, locations in where.items()}
+        before = {name: read_group(fs, locations) for name, locations in where.items()}
         began = time.monotonic()
         time.sleep(seconds)
-        after = {name: fs.read_group(locations) for name, locations in where.items()}
+        after = {name: read_group(fs, locations) for name, locations in where.items()}
         wall_ns = (time.monotonic() - began) * 1e9
     lines = []
     for name in where:
