@@ -86,18 +86,17 @@ def _cyclic_gc_paused(freeze: bool = False, sweep: bool = False):
 
     A pass makes tens of thousands of short-lived tuples, freed by reference counting;
     the collector would otherwise scan the cache's long-lived objects every few hundred
-    allocations (measured: ~5% of a busy pass). Cycles made meanwhile wait for the
-    next collection after it.
+    allocations. Cycles made meanwhile wait for the next collection after it.
 
     With `freeze` (a long-running `serve`), what the process holds at the end of a pass
     is frozen (`gc.freeze`: moved out of the collector's generations, at no cost) before
     the collector is turned back on: the pass's new readings are otherwise scanned by the
     first young collections after it, and a full collection of the whole cache runs every
-    few passes (measured in the served process: ~0.9 ms a pass on the bench's pods10
-    table, plus ~13 ms every few dozen passes). The readings hold no cycles, and are freed
-    by reference counting, frozen or not. Cyclic garbage frozen meanwhile (none that the
-    passes make) is collected at the next `sweep`: everything frozen is handed back and
-    a full collection runs, every `GC_SWEEP_PASSES` passes.
+    few passes (what each costs: docs/design.md, "The served process"). The readings
+    hold no cycles, and are freed by reference counting, frozen or not. Cyclic garbage
+    frozen meanwhile (none that the passes make) is collected at the next `sweep`:
+    everything frozen is handed back and a full collection runs, every `GC_SWEEP_PASSES`
+    passes.
     """
     if not gc.isenabled():
         yield
