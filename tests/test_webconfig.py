@@ -209,6 +209,37 @@ def test_the_minimum_version_is_tls_1_2_unless_set(pki, tmp_path):
     )
 
 
+def only(pki: Path, version: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client with the client certificate that speaks `version` of TLS and no other."""
+    context = client_context(pki, True)
+    context.minimum_version = context.maximum_version = version
+    return context
+
+
+# the web config's bounds: whether a TLS 1.2 client and a TLS 1.3 one are admitted
+VERSION_BOUNDS = [
+    ("", (True, True)),
+    ("  min_version: TLS13\n", (False, True)),
+    ("  max_version: TLS12\n", (True, False)),
+    ("  min_version: TLS12\n  max_version: TLS12\n", (True, False)),
+    ("  min_version: TLS13\n  max_version: TLS13\n", (False, True)),
+]
+
+
+@pytest.mark.parametrize("mode", [mode for mode, with_ca, _ in CLIENT_AUTH_MODES if not with_ca])
+def test_min_and_max_version_hold_in_every_client_certificate_mode(pki, tmp_path, mode):
+    """min_version and max_version bound the TLS versions a client may speak, the same in
+    the modes served by pyOpenSSL (RequestClientCert, RequireAnyClientCert) as in those
+    served by `ssl`: a TLS 1.2 client is refused under min_version TLS13, a TLS 1.3 one
+    under max_version TLS12, and each is admitted where its version is allowed."""
+    tls12, tls13 = only(pki, ssl.TLSVersion.TLSv1_2), only(pki, ssl.TLSVersion.TLSv1_3)
+    base = (f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+            f"  key_file: {pki}/server.key\n  client_auth_type: {mode}\n")  # fmt: skip
+    for bound, expected in VERSION_BOUNDS:
+        with serving_config(write_config(tmp_path, base + bound)) as port:
+            assert (admitted(port, tls12), admitted(port, tls13)) == expected, bound
+
+
 @pytest.mark.parametrize("first_bytes", [b"", b"\x16\x03\x01\x02\x00\x01"])
 def test_a_tls_handshake_has_the_request_heads_deadline(pki, first_bytes):
     """A client that opens a connection to the TLS port and sends nothing, or a handshake's
@@ -348,6 +379,57 @@ def test_an_invalid_web_config_is_one_clear_error_at_start_up(pki, tmp_path, tex
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert_one_line_error(result, "--web.config.file", *words)
+
+
+TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+# a web config, and the error that names what is wrong in it (after "web.yml: ")
+LOAD_ERRORS = [
+    ("[not, a, mapping]\n", "want a mapping at the top"),
+    ("zzz: 1\nhttp_server_config: {}\n", "unknown or unsupported field 'http_server_config'"),
+    ("tls_server_config: [a]\n", "tls_server_config: want a mapping"),
+    (TLS + "  curve_preferences: []\n  cipher_suites: []\n",
+     "tls_server_config: unknown or unsupported field 'cipher_suites'"),
+    ("tls_server_config:\n  cert_file: server.crt\n",
+     "tls_server_config: cert_file and key_file are required"),
+    ("tls_server_config:\n  key_file: server.key\n",
+     "tls_server_config: cert_file and key_file are required"),
+    (TLS + "  min_version: TLS9\n", "tls_server_config: min_version: unsupported value 'TLS9'"),
+    (TLS + "  max_version: 1.3\n", "tls_server_config: max_version: unsupported value 1.3"),
+    ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+     "tls_server_config: cannot load cert_file/key_file: No such file or directory"),
+    ("tls_server_config:\n  cert_file: web.yml\n  key_file: web.yml\n",
+     "tls_server_config: cannot load cert_file/key_file: [SSL] PEM lib"),
+    (TLS + "  client_auth_type: Sometimes\n",
+     "tls_server_config: client_auth_type: unsupported value 'Sometimes'"),
+    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: missing.crt\n",
+     "tls_server_config: cannot load client_ca_file: No such file or directory"),
+    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: web.yml\n",
+     "tls_server_config: cannot load client_ca_file: [X509: NO_CERTIFICATE_OR_CRL_FOUND]"),
+    (TLS + "  client_auth_type: VerifyClientCertIfGiven\n",
+     "tls_server_config: VerifyClientCertIfGiven needs a client_ca_file"),
+    (TLS + "  client_auth_type: RequireAndVerifyClientCert\n",
+     "tls_server_config: RequireAndVerifyClientCert needs a client_ca_file"),
+    ("basic_auth_users: [alice]\n", "basic_auth_users: want user: bcrypt-hash pairs"),
+    ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users: alice: not a bcrypt hash"),
+    ("basic_auth_users: {\n", "not YAML: while parsing a flow node"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "error"), LOAD_ERRORS)
+def test_a_bad_web_config_names_the_file_the_field_and_the_value(pki, tmp_path, text, error):
+    """What start-up (and a reload's log line) says of a file that cannot be used: the
+    file, the field and the value it refuses, or what the OS or OpenSSL said of a file it
+    names; one line, from the beginning of what is wrong."""
+    for name in ("server.crt", "server.key"):
+        shutil.copy(pki / name, tmp_path / name)
+    path = str(write_config(tmp_path, text))
+    with pytest.raises(webconfig.WebConfigError) as raised:
+        webconfig.load(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: {error}"), message
+    assert "\n" not in message
+    if not error.endswith("]") and "PEM lib" not in error:
+        assert message == f"{path}: {error}"
 
 
 def test_a_missing_web_config_file(tmp_path):
@@ -590,3 +672,107 @@ def test_a_broken_file_is_read_once_and_logged_once_until_it_changes(tmp_path, c
     users_config(tmp_path, bob="b")
     clock.now += 1
     assert web.current().authorized(auth("bob", "b"))
+
+
+def test_the_file_is_looked_at_once_a_second_and_reread_only_when_changed(tmp_path, monkeypatch):
+    """A change is taken at the first look a second or more after the last one, the
+    first a second after the file was loaded; a file unchanged since it was loaded, or
+    since it was last read, is not read again."""
+    clock = Clock()
+    path = str(users_config(tmp_path, alice="a"))
+    loads = []
+    real = webconfig.load
+    monkeypatch.setattr(webconfig, "load", lambda path: loads.append(path) or real(path))
+    web = webconfig.WebConfigFile(path, monotonic=clock)
+    users_config(tmp_path, bob="b")  # just after the file was loaded
+    clock.now += 0.5
+    assert not web.current().authorized(auth("bob", "b"))
+    clock.now += 0.5
+    assert web.current().authorized(auth("bob", "b"))
+    users_config(tmp_path, carol="c")  # just after a look that took a change
+    clock.now += 0.9
+    assert not web.current().authorized(auth("carol", "c"))
+    clock.now += 0.1
+    assert web.current().authorized(auth("carol", "c"))
+    assert len(loads) == 3
+    for _ in range(3):
+        clock.now += 1
+        web.current()
+    assert len(loads) == 3
+
+    loads.clear()
+    unchanged = webconfig.WebConfigFile(path, monotonic=clock)
+    for _ in range(3):
+        clock.now += 1
+        unchanged.current()
+    assert len(loads) == 1  # when it was made
+
+
+@pytest.mark.parametrize("name", ["web.yml", "server.crt", "server.key", "ca.crt"])
+def test_each_file_the_config_names_is_watched(pki, tmp_path, caplog, name):
+    """The file itself, and cert_file, key_file and client_ca_file, are each looked at:
+    any one of them replaced alone (a Secret's update renames a new file over it)
+    reloads the configuration."""
+    for each in ("server.crt", "server.key", "ca.crt"):
+        shutil.copy(pki / each, tmp_path / each)
+    config = write_config(tmp_path, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
+                          "  client_ca_file: ca.crt\n")  # fmt: skip
+    clock = Clock()
+    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    before = web.current()
+    assert before.authenticates
+    shutil.copy((tmp_path if name == "web.yml" else pki) / name, tmp_path / "aside")
+    (tmp_path / "aside").replace(tmp_path / name)
+    caplog.set_level("INFO", logger="procdelta")
+    clock.now += 1
+    after = web.current()
+    assert after is not before and after.authenticates
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--web.config.file reloaded from {config}: tls=True basic_auth=False users=0"
+    ]
+
+
+def test_a_reload_rereads_the_file_at_once_and_says_what_came_of_it(tmp_path, caplog):
+    """`reload()` (SIGHUP) reads the file now, changed or not, within the second too, and
+    logs each outcome: the users it took, or why the last good configuration stays."""
+    clock = Clock()
+    config = users_config(tmp_path, alice="a", bob="b")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    caplog.set_level("INFO", logger="procdelta")
+    first = web.current()
+    assert web.reload() is not first  # unchanged, read anew
+    assert caplog.records[-1].getMessage() == (
+        f"--web.config.file reloaded from {config}: tls=False basic_auth=True users=2"
+    )
+    config.write_text("basic_auth_users: [\n")
+    for _ in range(2):
+        good = web.current()
+        assert web.reload() is good
+        said = caplog.records[-1].getMessage()
+        assert said.startswith("--web.config.file not reloaded, the last good one stays: ")
+        assert f"{config}: not YAML: " in said
+    assert len(caplog.records) == 3
+    users_config(tmp_path, carol="c")
+    assert web.reload().authorized(auth("carol", "c"))
+    assert caplog.records[-1].getMessage().endswith("tls=False basic_auth=True users=1")
+
+
+def test_a_password_may_hold_colons_and_a_token_only_base64(tmp_path):
+    """RFC 7617: the user ends at the first colon, the password may hold more. A token
+    with a character outside base64 is refused, as Go's decoder refuses it, not read
+    with that character dropped."""
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(b"a:b:c", bcrypt.gensalt(4))})
+    assert config.authorized(auth("bob", "a:b:c"))
+    token = base64.b64encode(b"bob:a:b:c").decode()
+    assert not config.authorized(f"Basic {token[:4]}!{token[4:]}")
+    assert not config.authorized(f"Basic {token[:4]}\n{token[4:]}")
+    assert config.authorized(f"Basic {token}")
+
+
+def test_a_web_config_in_utf_16_loads_as_yaml_allows(tmp_path):
+    """YAML may come in UTF-16 with its byte order mark (go-yaml, which exporter-toolkit
+    uses, reads it too): the file is read as bytes, its encoding YAML's to find."""
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    path = tmp_path / "web.yml"
+    path.write_bytes(f"basic_auth_users:\n  bob: '{hashed}'\n".encode("utf-16"))
+    assert webconfig.load(str(path)).authorized(auth("bob", "pw"))

@@ -1,0 +1,111 @@
+"""The listener's TLS sessions, of both engines (`ssl` for the modes that verify what
+they get, pyOpenSSL for RequestClientCert and RequireAnyClientCert), as a client sees
+them on the wire: a clean end, pipelined requests, an answer of many records."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector import webconfig
+from collector.exporter import PassLoop
+from tests.test_serve import CountingEngine, serving
+from tests.test_webconfig import client_context, pki, write_config
+
+__all__ = ["pki"]  # the module's fixture, shared with tests/test_webconfig.py
+
+ENGINES = ["NoClientCert", "RequestClientCert"]  # `ssl`'s, pyOpenSSL's
+
+
+@contextlib.contextmanager
+def tls_serving(pki: Path, tmp_path: Path, mode: str, groups: int = 1) -> Iterator[int]:
+    text = (f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+            f"  key_file: {pki}/server.key\n  client_auth_type: {mode}\n")  # fmt: skip
+    config = write_config(tmp_path, text)
+    loop = PassLoop(CountingEngine(groups=groups), interval=60)
+    loop.run_pass()
+    loop.run_pass()
+    with serving(loop, web=webconfig.load(str(config))) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def connected(pki: Path, port: int) -> Iterator[ssl.SSLSocket]:
+    """A TLS connection that tells a clean end (close_notify) from a cut one (an error)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    context = client_context(pki, True)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=False) as s:
+        yield s
+
+
+def read_to_the_end(connection: ssl.SSLSocket) -> bytes:
+    chunks = []
+    while chunk := connection.recv(65536):  # SSLEOFError where the end is not clean
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_the_server_ends_a_tls_connection_with_close_notify(pki, tmp_path, mode):
+    """`Connection: close` answered, then the end of the TLS session said (close_notify)
+    before the TCP connection closes: the client can tell the answer is whole."""
+    with tls_serving(pki, tmp_path, mode) as port, connected(pki, port) as connection:
+        connection.sendall(GET + b"Connection: close\r\n\r\n")
+        answer = read_to_the_end(connection)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_a_clients_close_notify_is_answered_with_one(pki, tmp_path, mode):
+    with tls_serving(pki, tmp_path, mode) as port, connected(pki, port) as connection:
+        connection.sendall(GET + b"\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += connection.recv(65536)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += connection.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        connection.settimeout(10)
+        connection.unwrap().close()  # returns once the server's close_notify came
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_pipelined_requests_over_many_tls_records_are_each_answered(pki, tmp_path, mode):
+    """Requests sent at once, 48 KiB of them (three or more TLS records, read at once by
+    the server), are each answered, in order."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"p" * 60 + b"\r\n\r\n"
+    count = 48 * 1024 // len(request)
+    with tls_serving(pki, tmp_path, mode) as port, connected(pki, port) as connection:
+        connection.sendall(request * (count - 1) + request[:-2] + b"Connection: close\r\n\r\n")
+        answer = read_to_the_end(connection)
+    assert answer.count(b"HTTP/1.1 200 ") == count
+    assert b"HTTP/1.1 400" not in answer
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_an_answer_of_many_tls_records_reaches_the_client_whole(pki, tmp_path, mode):
+    """A /metrics page of hundreds of KiB (many TLS records, more than one read of the
+    session's output) reaches the client byte for byte."""
+    with tls_serving(pki, tmp_path, mode, groups=2000) as port:
+        plain = []
+        for _ in range(2):
+            with connected(pki, port) as connection:
+                connection.sendall(GET + b"Connection: close\r\n\r\n")
+                plain.append(read_to_the_end(connection))
+    head, _, body = plain[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert len(body) > 256 * 1024
+    assert plain[0] == plain[1]
+    length = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+    assert length and int(length[0].split(b":")[1]) == len(body)
+    assert body.endswith(b"\n") and b"XXXX" not in body
