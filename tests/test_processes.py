@@ -4,6 +4,7 @@ kept, and `/processes` on serve's listener, its limits, auth and switch."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,6 +32,7 @@ from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, T
 from collector.processes import (
     DEFAULT_LIMIT,
     SORT_FIELDS,
+    STORAGE_FIELDS,
     PassView,
     ProcessTable,
     Query,
@@ -698,3 +700,126 @@ def hold_views(monkeypatch, held: threading.Event | threading.Semaphore, release
         return made(self, query, cgroup_fields, storage_bytes)
 
     monkeypatch.setattr(PassView, "document", slow_document)
+
+
+def test_threads_read_every_process_of_the_groups_matched_carried_ones_included():
+    """What `top --threads` reads: every PID the pass saw in a group the query matches,
+    those carried over unread with no delta included, in PID order; never a process left
+    out of every sum (its group None), nor one of a carried block in another group."""
+    pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
+    other = Group("cgroup", (("cgroup", "/x"),))
+    table = ProcessTable(
+        deltas=(ProcessDelta(_reading(9), Fields(1, 5, 1, 1), False),),
+        group_of_pid={9: pod, 3: None, 5: other},
+        carried={b"0::/a\n": [2, 10], b"0::/x\n": [1, 10]},
+        carried_members={
+            b"0::/a\n": {12: _reading(12), 4: _reading(4)},
+            b"0::/x\n": {6: _reading(6, b"0::/x\n")},
+        },
+        carried_groups={b"0::/a\n": pod, b"0::/x\n": other},
+    )
+    assert table.pids(Query((("pod", "p"),))) == [4, 9, 12]
+    assert table.pids(Query((("cgroup", "/x"),))) == [5, 6]
+    assert table.pids(Query(limit=1)) == [4, 5, 6, 9, 12]  # the limit cuts rows, not these
+    assert table.pids(Query((("pod", "q"),))) == []
+
+
+def test_the_groups_come_busiest_first_by_the_cpu_they_used():
+    """A view's groups are ordered by the CPU time the pass saw each use, the larger of
+    its processes' on-CPU sum and its own cgroup's usage, most first; a group with
+    neither (no processes summed, no cgroup usage file) counts 0; ties by labels."""
+
+    def pod(name: str) -> Group:
+        return Group("pod", (("namespace", "n"), ("pod", name), ("uid", name), ("qos", "")))
+
+    intervals = {
+        pod("b-busy-cgroup"): Fields(1, 10, 1),  # its cgroup used more than its processes
+        pod("a-busy-processes"): Fields(1, 10, 5),  # its processes more than its cgroup
+        pod("idle-c"): Fields(1, 10, 0),
+        pod("idle-e"): Fields(1, 10, 0),  # no cgroup fields at all
+    }
+    cgroups = {
+        pod("b-busy-cgroup"): CgroupFields(cgroup_cpu_nanos=9),
+        pod("a-busy-processes"): CgroupFields(cgroup_cpu_nanos=2),
+        pod("idle-c"): CgroupFields(),  # no cpu.stat
+        pod("idle-z1"): CgroupFields(),  # no process summed, no cpu.stat
+        pod("idle-z2"): CgroupFields(cgroup_cpu_nanos=0),
+    }
+    view = PassView(ProcessTable(), 1_000_000_000, 1.0, intervals, cgroups)
+    document = view.document(Query((("namespace", "n"),)))
+    assert [g["group"]["pod"] for g in document["groups"]] == [
+        "b-busy-cgroup", "a-busy-processes", "idle-c", "idle-e", "idle-z1", "idle-z2"
+    ]  # fmt: skip
+
+
+def test_a_bad_query_names_the_clients_input_whole_up_to_40_characters():
+    """The one line of a 400 names what the client sent as a quoted string, whole up to
+    40 characters, else its first 40 and how long it was; the fields it may choose from
+    follow."""
+    sorts = ", ".join(SORT_FIELDS)
+    for sent, named in (("a" * 40, repr("a" * 40)),
+                        ("a" * 41, repr("a" * 40) + "... (41 characters)"),
+                        ("\x1b[2J", "'\\x1b[2J'")):  # fmt: skip
+        with pytest.raises(QueryError) as raised:
+            Query.parse("sort=" + urllib.parse.quote(sent))
+        assert str(raised.value) == f"sort={named}: want one of {sorts}"
+    with pytest.raises(QueryError) as raised:
+        Query.parse("limit=" + "1" * 45)
+    named = repr("1" * 40) + "... (45 characters)"
+    assert str(raised.value) == f"limit={named}: want an integer from 0 (all) to 100000"
+    with pytest.raises(QueryError) as raised:
+        Query.parse("pod=a&pod=b")
+    assert str(raised.value) == "parameter 'pod' given twice"
+    with pytest.raises(QueryError) as raised:
+        Query.parse("node=n1")
+    assert str(raised.value) == (
+        "unknown parameter 'node': want one of namespace, pod, uid, qos, container, "
+        "container_id, cgroup, sort, limit"
+    )
+
+
+def test_a_process_is_served_with_its_comm_group_and_threads():
+    """Each process of /processes: its PID, its name (comm), its group's labels, its
+    threads and its fields; a filtered view lists the group of a process the pass saw
+    even where the group has no sums of its own, never a process left out of them."""
+    pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
+    table = ProcessTable(
+        deltas=(
+            ProcessDelta(_reading(7, threads=3), Fields(1, 5, 9, 4), False),
+            ProcessDelta(_reading(8), Fields(1, 5, 1, 1), False),
+        ),
+        group_of_pid={7: pod, 8: None},
+    )
+    document = PassView(table, 10).document(Query((("pod", "p"),)))
+    (row,) = document["processes"]
+    assert list(row)[:4] == ["pid", "comm", "group", "threads"]
+    assert (row["pid"], row["comm"], row["group"], row["threads"]) == (7, "p7", pod.label_dict(), 3)
+    assert (row["observed_nanos"], row["on_cpu_nanos"], row["run_delay_nanos"]) == (5, 9, 4)
+    assert [g["group"] for g in document["groups"]] == [pod.label_dict()]
+
+
+def test_a_client_not_served_storage_bytes_cannot_sort_by_them():
+    for sort in STORAGE_FIELDS:
+        with pytest.raises(QueryError) as raised:
+            PassView().document(Query(sort=sort), storage_bytes=False)
+        assert str(raised.value) == f"sort={sort}: this client is not served storage bytes"
+    assert PassView().document(Query(sort="read_bytes"))["processes"] == []
+
+
+def test_a_query_of_more_than_32_fields_is_refused_before_it_is_read():
+    """urllib splits no more than 32 fields of a client's query: a longer one is
+    malformed, whatever its fields (a repeated one is refused too, for its own reason)."""
+    with pytest.raises(QueryError) as raised:
+        Query.parse("&".join(["pod=a"] * 33))
+    assert str(raised.value).startswith("malformed query string: ")
+    with pytest.raises(QueryError) as raised:
+        Query.parse("&".join(["pod=a"] * 32))
+    assert str(raised.value) == "parameter 'pod' given twice"
+
+
+def test_a_groups_line_in_the_view_has_its_cgroups_fields_of_the_pass():
+    result = CountingEngine(groups=1).run_pass()
+    cgroups = {group: CgroupFields(cgroup_cpu_nanos=3) for group in result.intervals}
+    view = PassView.of(dataclasses.replace(result, cgroup_intervals=cgroups))
+    (group,) = view.document(Query((("cgroup", "/g0"),)))["groups"]
+    assert (group["group"], group["cgroup_cpu_nanos"]) == ({"cgroup": "/g0"}, 3)
