@@ -195,6 +195,29 @@ def test_threads_sort_by_the_sort_field_when_a_thread_has_it():
     assert [r.tid for r in by_bytes.threads] == [1, 2, 3, 4, 5]
 
 
+def test_threads_and_processes_are_cut_to_the_limit_ties_by_tid():
+    """The shown threads: most of the sort field first, equal ones by TID, no more than
+    the limit (all of them without one), like the processes above them."""
+    rows = [top.ThreadRow(1, tid, "t", 5, delay, 0, 0) for tid, delay in
+            ((9, 3), (4, 7), (7, 3), (2, 3), (5, 7))]  # fmt: skip
+    processes = [{"pid": pid} for pid in (1, 2, 3, 4)]
+    view = top.View({"processes": list(processes)}, threads=list(rows))
+    view.cut(top.Selection(cgroup="/x", threads=True, limit=4))
+    assert [r.tid for r in view.threads] == [4, 5, 2, 7]
+    assert view.document["processes"] == processes
+    view = top.View({"processes": list(processes)}, threads=list(rows))
+    view.cut(top.Selection(cgroup="/x", threads=True, limit=3))
+    assert [r.tid for r in view.threads] == [4, 5, 2]
+    assert view.document["processes"] == processes[:3]
+    view = top.View({"processes": list(processes)}, threads=list(rows))
+    view.cut(top.Selection(cgroup="/x", threads=True, sort="on_cpu_nanos", limit=None))
+    assert [r.tid for r in view.threads] == [2, 4, 5, 7, 9]
+    assert view.document["processes"] == processes
+    view = top.View({})
+    view.cut(top.Selection(limit=2))
+    assert view.document == {"processes": []} and view.threads is None
+
+
 # --- the threads' guard, over a proc tree of plain files ----------------------------------
 
 
@@ -248,6 +271,34 @@ def test_a_reused_tid_gives_no_delta_even_where_its_counters_grew(tmp_path):
     assert watch.read([10]) == []
     write_thread(tmp_path, 10, 11, "worker", 300, (9500, 900, 9, 10))
     assert watch.read([10]) == [top.ThreadRow(10, 11, "worker", 500, 100, 0, 1)]
+
+
+def write_process(root: Path, pid: int, comm: str) -> None:
+    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    rest = " ".join(["S", *["0"] * 16, "1", "0", "100", "0", "0"])
+    (root / str(pid) / "stat").write_text(f"{pid} ({comm}) {rest}\n")
+
+
+def test_threads_are_read_only_where_the_served_pids_name_this_nodes_processes(tmp_path):
+    """--threads from a server reads here the threads of the served PIDs whose process
+    here has the served name; a PID gone here is passed over. Where more PIDs name
+    another process here than the served one, or none the served one, top is not on the
+    served node (or not with the host's /proc): one line says so."""
+    for pid, comm in ((10, "main"), (11, "worker"), (12, "sshd"), (13, "bash")):
+        write_process(tmp_path, pid, comm)
+    procfs = ProcFS(str(tmp_path))
+    same = top.check_same_node
+    assert same(procfs, {10: "main", 11: "worker", 99: "gone"}, "S") == [10, 11]
+    assert same(procfs, {10: "main", 12: "other"}, "S") == [10]  # as many alike as not
+    assert same(procfs, {}, "S") == []
+    for served, alike in (({10: "main", 12: "x", 13: "y"}, 1), ({98: "a", 99: "b"}, 0),
+                          ({12: "x"}, 0)):  # fmt: skip
+        with pytest.raises(top.TopError) as raised:
+            same(procfs, served, "http://node-a:9101")
+        message = str(raised.value)
+        assert "\n" not in message
+        assert "http://node-a:9101" in message and str(tmp_path) in message
+        assert f"({alike} of {len(served)} with the same name here)" in message
 
 
 def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
