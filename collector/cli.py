@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
-import resource
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 
@@ -474,16 +470,6 @@ def top(
         raise click.ClickException(str(error)) from None
 
 
-def raise_open_files_limit() -> None:
-    """The soft limit on open files up to the hard one, as Go's runtime does for every
-    exporter: the listener's connections are bounded by its own rules, not by a soft
-    limit of 1024 that a few idle clients would exhaust."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 @cli.command()
 @_passes_group(15.0, "Seconds between passes.")
 @cloup.option_group(
@@ -551,8 +537,8 @@ def serve(
     A pass every INTERVAL seconds in the background; a scrape reads the last one's page.
     """
     from collector import webconfig
-    from collector.exporter import CannotBind, ListenAddressError, PassLoop, make_server
-    from collector.listener import Limits
+    from collector.exporter import CannotBind, ListenAddressError
+    from collector.serving import ServeSettings, run_serve
 
     try:
         web = webconfig.WebConfigFile(web_config_file) if web_config_file else None
@@ -564,119 +550,22 @@ def serve(
             f"--web.telemetry-path {telemetry_path!r}: want an absolute path other than "
             "/, /healthz and /processes"
         )
-    engine = build_engine(options, freeze_gc=True)
-    loop = PassLoop(engine, interval, shapes=options.shapes, cpus=node_cpus(options))
-    raise_open_files_limit()
+    settings = ServeSettings(
+        options=options,
+        interval=interval,
+        listen_address=listen_address,
+        telemetry_path=telemetry_path,
+        web=web,
+        max_requests=max_requests,
+        processes=processes,
+        storage_bytes=storage_bytes,
+    )
     try:
-        server = make_server(
-            listen_address,
-            loop,
-            telemetry_path,
-            web,
-            Limits(max_requests=max_requests),
-            processes=processes,
-            cgroup_fields=options.cgroup,
-            storage_bytes=storage_bytes,
-        )
+        run_serve(settings)
     except CannotBind as error:  # a right address the host refuses: in use, say
         raise click.ClickException(f"--web.listen-address {error}") from None
     except ListenAddressError as error:
         raise BadInput(f"--web.listen-address {error}") from None
-    host, port = server.server_address[:2]
-    log.info(
-        "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "max_requests=%d processes=%s storage_bytes=%s telemetry_path=%s procfs=%s cgroupfs=%s "
-        "pod_logs=%s container_logs=%s per_container=%s pods_only=%s cgroup=%s pressure=%s "
-        "interval_gauges=%s totals=%s",
-        __version__,
-        interval,
-        listen_address,
-        host,
-        port,
-        bool(web and web.current().tls),
-        bool(web and web.current().users),
-        max_requests,
-        processes,
-        storage_bytes or bool(web and web.current().authenticates),
-        telemetry_path,
-        options.procfs,
-        options.cgroupfs,
-        options.pod_logs,
-        options.container_logs,
-        options.per_container,
-        options.pods_only,
-        options.cgroup,
-        options.pressure,
-        options.interval_gauges,
-        options.totals,
-    )
-    loop.set_sources(node_sources(options, engine))
-    missing = own_missing_capabilities()
-    if missing:
-        log.warning(
-            "running without %s: /proc/<pid>/io of processes owned by other users (or holding "
-            "privileges this one lacks) cannot be read, and those processes contribute no "
-            "delta; run as root, or grant %s (Kubernetes: securityContext.capabilities.add)",
-            " and ".join(missing),
-            ", ".join(name.removeprefix("CAP_") for name in missing),
-        )
-    # Passes render in a background thread; a short switch interval lets a scrape take
-    # the interpreter from it within a millisecond instead of five.
-    sys.setswitchinterval(0.001)
-    # SIGTERM and SIGINT stop it; SIGHUP (what systemd's reload and many supervisors send)
-    # re-reads --web.config.file, and is harmless without one. The handlers only say what
-    # came; the main thread does it.
-    wake = threading.Event()
-    came: set[int] = set()
-
-    def signalled(signum: int, _frame: object) -> None:
-        came.add(signum)
-        wake.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signalled)
-    loop.start()
-    # An idle collector wakes for its passes and its scrapes, and else only for a kept-alive
-    # connection's deadline: the HTTP event loop sleeps until a socket or a deadline needs
-    # it, the main thread until a signal.
-    serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    serving.start()
-    while not came & {signal.SIGTERM, signal.SIGINT}:
-        wake.wait()
-        wake.clear()
-        if signal.SIGHUP in came:
-            came.discard(signal.SIGHUP)
-            if web is None:
-                log.info("SIGHUP: no --web.config.file to reload; carrying on")
-            else:
-                web.reload()
-    log.info("stopping")
-    watchdog = threading.Timer(STOP_SECONDS, _stuck_stopping)
-    watchdog.daemon = True
-    watchdog.start()
-    server.shutdown()
-    server.server_close()
-    loop.stop(timeout=0.5)
-    watchdog.cancel()
-    # Nothing serve holds needs the interpreter's own finalization (which joins every
-    # worker thread left): its logs flushed, it is done.
-    logging.shutdown()
-    os._exit(0)
-
-
-STOP_SECONDS = 5.0
-"""How long `serve` may take to stop once asked (the kubelet's grace period is 30 s)."""
-
-
-def _stuck_stopping() -> None:
-    """`serve` did not stop within STOP_SECONDS: say so with every thread's stack (what
-    held it, for a bug report), and exit all the same."""
-    import faulthandler
-
-    log.error("stopping took over %.0f s: the threads' stacks follow; exiting", STOP_SECONDS)
-    logging.shutdown()
-    faulthandler.dump_traceback(all_threads=True)
-    os._exit(1)
 
 
 @cli.command()

@@ -243,10 +243,10 @@ def test_a_stop_that_hangs_is_said_with_every_threads_stack_and_ends():
     stack (what held it) and exits 1, rather than hang until the kubelet kills it."""
     code = (
         "import threading, time\n"
-        "from collector import cli, logs\n"
+        "from collector import logs, serving\n"
         "logs.configure('info', 'logfmt')\n"
-        "cli.STOP_SECONDS = 0.2\n"
-        "t = threading.Timer(cli.STOP_SECONDS, cli._stuck_stopping)\n"
+        "serving.STOP_SECONDS = 0.2\n"
+        "t = threading.Timer(serving.STOP_SECONDS, serving._stuck_stopping)\n"
         "t.start()\n"
         "time.sleep(30)  # a stop that never ends\n"
     )

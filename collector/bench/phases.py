@@ -26,7 +26,6 @@ from unittest.mock import patch
 
 import collector.cgroupfs
 import collector.engine
-import collector.podcgroups
 from collector.bench.floor import naive_pass, read_file
 from collector.bench.serve import SERVED_INTERVAL
 from collector.bench.tables import pid_room, pod_cgroups, pod_names, synthetic_table
@@ -179,9 +178,6 @@ def kernel_floor(
         patch.object(procfs, "threads", recording("dir", procfs.threads, procfs.task_dir)),
         patch.object(module, "_read", recording("file", module._read, lambda *a: (*a, None)[:2])),
         patch.object(module, "subdirs", recording("dir", module.subdirs, lambda d: d)),
-        patch.object(
-            collector.podcgroups, "subdirs", recording("dir", module.subdirs, lambda d: d)
-        ),
     ):
         time.sleep(interval)
         loop.run_pass()
