@@ -185,6 +185,14 @@ class _Plan(NamedTuple):
     identities: tuple[tuple[tuple[str, int], ...], ...]
 
 
+class _Held(NamedTuple):
+    """A group directory held open between passes (`CgroupFS._held_dir`): the inode it
+    was opened at, and its `O_PATH` descriptor."""
+
+    inode: int
+    fd: int
+
+
 class CgroupFS:
     """Reads groups' cgroup counters in the hierarchies under `root`, found once, at
     construction (a node's cgroup mounts are made at boot; a collector started before
@@ -204,7 +212,7 @@ class CgroupFS:
         # K (collector/model.py); None only where a test looks at one shortcut alone
         self.whole_read_passes = whole_read_passes
         self.hierarchies = detect(root)
-        self._held: dict[bytes, tuple[int, int]] = {}  # directory → (inode, O_PATH fd)
+        self._held: dict[bytes, _Held] = {}  # by directory
         self._held_used: set[bytes] = set()
         # The PSI totals of the groups' parent directories: read at the first group of
         # each in a pass (this pass's), and as the last pass left them (`_stalled_below`).
@@ -302,9 +310,9 @@ class CgroupFS:
         v2_periods = False
         if v2 is not None:
             held = self._held.get(v2.directory)  # `_held_dir`, inline: held since a pass before
-            if held is not None and held[0] == v2.inode:
+            if held is not None and held.inode == v2.inode:
                 self._held_used.add(v2.directory)
-                at = held[1]
+                at = held.fd
             else:
                 at = self._held_dir(v2.directory, v2.inode)
             parsed = _parsed(
@@ -355,10 +363,10 @@ class CgroupFS:
         """
         held = self._held.get(directory)
         if held is not None:
-            if held[0] == inode:
+            if held.inode == inode:
                 self._held_used.add(directory)
-                return held[1]
-            os.close(held[1])
+                return held.fd
+            os.close(held.fd)
             del self._held[directory]
         if len(self._held) >= HELD_DIRECTORIES:
             return None
@@ -373,7 +381,7 @@ class CgroupFS:
         if not same:  # made anew since it was listed: read by path this pass
             os.close(fd)
             return None
-        self._held[directory] = (inode, fd)
+        self._held[directory] = _Held(inode, fd)
         self._held_used.add(directory)
         return fd
 
@@ -381,7 +389,7 @@ class CgroupFS:
         """End of a pass: let go of the directories held and not read since the last (and
         of the groups' plans, once those of groups gone are as many as the groups read)."""
         for directory in [d for d in self._held if d not in self._held_used]:
-            os.close(self._held.pop(directory)[1])
+            os.close(self._held.pop(directory).fd)
         self._held_used = set()
         self._parents_before, self._parents, self._stalled = self._parents, {}, {}
         if len(self._plans) > 2 * self._groups_read + 64:  # groups gone: their plans too

@@ -21,6 +21,7 @@ PINNED = {
     "collector.cgroupfs._Plan": (
         "locations", "listed", "stagger", "v2", "cpuacct", "cpu", "identities",
     ),
+    "collector.cgroupfs._Held": ("inode", "fd"),
     "collector.podcgroups._Seen": ("listing", "pods", "below"),
     "collector.podcgroups._Walk": ("seen", "pods"),
     "collector.podcgroups._PodDir": ("listing", "containers"),
