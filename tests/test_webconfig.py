@@ -776,3 +776,17 @@ def test_a_web_config_in_utf_16_loads_as_yaml_allows(tmp_path):
     path = tmp_path / "web.yml"
     path.write_bytes(f"basic_auth_users:\n  bob: '{hashed}'\n".encode("utf-16"))
     assert webconfig.load(str(path)).authorized(auth("bob", "pw"))
+
+
+def test_a_password_bcrypt_refuses_is_a_refusal_not_a_login(monkeypatch):
+    """bcrypt 4 raises for a password with a NUL byte (5 accepts it): such a password is
+    refused like a wrong one, and nothing of it is remembered."""
+    config = webconfig.WebConfig(users={"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+
+    def refuse(password: bytes, hashed: bytes) -> bool:
+        raise ValueError("password may not contain NUL bytes")
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", refuse)
+    header = auth("bob", "p\x00w")
+    assert not config.authorized(header)
+    assert config.remembered(header) is None
