@@ -741,6 +741,7 @@ def test_the_groups_come_busiest_first_by_the_cpu_they_used():
     cgroups = {
         pod("b-busy-cgroup"): CgroupFields(cgroup_cpu_nanos=9),
         pod("a-busy-processes"): CgroupFields(cgroup_cpu_nanos=2),
+        pod("c-cgroup-only"): CgroupFields(cgroup_cpu_nanos=3),  # no process summed
         pod("idle-c"): CgroupFields(),  # no cpu.stat
         pod("idle-z1"): CgroupFields(),  # no process summed, no cpu.stat
         pod("idle-z2"): CgroupFields(cgroup_cpu_nanos=0),
@@ -748,7 +749,8 @@ def test_the_groups_come_busiest_first_by_the_cpu_they_used():
     view = PassView(ProcessTable(), 1_000_000_000, 1.0, intervals, cgroups)
     document = view.document(Query((("namespace", "n"),)))
     assert [g["group"]["pod"] for g in document["groups"]] == [
-        "b-busy-cgroup", "a-busy-processes", "idle-c", "idle-e", "idle-z1", "idle-z2"
+        "b-busy-cgroup", "a-busy-processes", "c-cgroup-only", "idle-c", "idle-e", "idle-z1",
+        "idle-z2",
     ]  # fmt: skip
 
 
@@ -823,3 +825,24 @@ def test_a_groups_line_in_the_view_has_its_cgroups_fields_of_the_pass():
     view = PassView.of(dataclasses.replace(result, cgroup_intervals=cgroups))
     (group,) = view.document(Query((("cgroup", "/g0"),)))["groups"]
     assert (group["group"], group["cgroup_cpu_nanos"]) == ({"cgroup": "/g0"}, 3)
+
+
+def test_every_carried_block_of_the_groups_matched_is_listed():
+    """Carried blocks of several cgroups: those of the matched group are listed whichever
+    comes first, past a block of another group or one with no members left."""
+    pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
+    other = Group("cgroup", (("cgroup", "/x"),))
+    table = ProcessTable(
+        carried={b"0::/x\n": [1, 10], b"0::/e\n": [1, 10], b"0::/a\n": [2, 10]},
+        carried_members={
+            b"0::/x\n": {6: _reading(6, b"0::/x\n")},
+            b"0::/e\n": {},
+            b"0::/a\n": {12: _reading(12), 4: _reading(4)},
+        },
+        carried_groups={b"0::/x\n": other, b"0::/e\n": pod, b"0::/a\n": pod},
+    )
+    rows = table.rows(Query((("pod", "p"),), limit=None))
+    assert [(r.pid, r.comm, r.fields.observed_nanos) for r in rows] == [
+        (4, "p4", 5),
+        (12, "p12", 5),
+    ]
