@@ -109,3 +109,26 @@ def test_an_answer_of_many_tls_records_reaches_the_client_whole(pki, tmp_path, m
     length = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
     assert length and int(length[0].split(b":")[1]) == len(body)
     assert body.endswith(b"\n") and b"XXXX" not in body
+
+
+# what OpenSSL says of plain HTTP sent to the TLS port: `ssl`'s reason code, pyOpenSSL's list
+FAILED_HANDSHAKE = [
+    ("NoClientCert", "HTTP_REQUEST"),
+    ("RequestClientCert", "[('SSL routines', '', 'http request')]"),
+]
+
+
+@pytest.mark.parametrize(("mode", "said"), FAILED_HANDSHAKE)
+def test_a_failed_handshake_is_logged_in_openssls_words(pki, tmp_path, caplog, mode, said):
+    """Plain HTTP to the TLS port: the connection is dropped, and the debug log says why
+    as OpenSSL said it."""
+    caplog.set_level("DEBUG", logger="collector.listener")
+    with (
+        tls_serving(pki, tmp_path, mode) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as plain,
+    ):
+        plain.sendall(GET + b"\r\n")
+        with contextlib.suppress(ConnectionResetError):
+            plain.recv(65536)
+    (line,) = [r.getMessage() for r in caplog.records if "TLS with" in r.getMessage()]
+    assert line == f"TLS with 127.0.0.1 failed: {said}"
