@@ -158,6 +158,7 @@ OTHER_TOOLS_FLAGS = {
     "--sleepers",  # python -m tests.viewflood
     "--clients",  # python -m tests.viewflood
     "--path",  # python -m tests.viewflood
+    "--nice",  # python -m tests.viewflood
     "--max-children",  # mutmut run
 }
 
