@@ -449,9 +449,14 @@ def top(
         procfs = ProcFS(options.procfs)
         if source is not None:
             remote = view.Remote(
-                source, username, password_file, ca_file, cert_file, key_file,
-                insecure_skip_verify,
-            )  # fmt: skip
+                source,
+                username=username,
+                password_file=password_file,
+                ca_file=ca_file,
+                cert_file=cert_file,
+                key_file=key_file,
+                insecure_skip_verify=insecure_skip_verify,
+            )
             origin = view.RemoteSource(remote, selection, procfs)
         else:
             engine = build_engine(options)

@@ -33,7 +33,7 @@ import time
 import tty
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, NamedTuple
 
 from rich.console import Console
@@ -294,9 +294,10 @@ class LocalSource:
 
 @dataclass(frozen=True, slots=True)
 class Remote:
-    """How to reach a `serve`: its URL, and the credentials of --from.*."""
+    """How to reach a `serve`: its URL, and the credentials of --from.*, by name."""
 
     url: str
+    _: KW_ONLY
     username: str | None = None
     password_file: str | None = None
     ca_file: str | None = None

@@ -24,15 +24,15 @@ from collector.reading import Reader
 from collector.tracker import Tracker
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """The options every command shares."""
+    """The options every command shares, by name (the defaults are the flags')."""
 
-    procfs: str
-    pod_logs: str
-    container_logs: str
-    per_container: bool
-    pods_only: bool
+    procfs: str = "/proc"
+    pod_logs: str = "/var/log/pods"
+    container_logs: str = "/var/log/containers"
+    per_container: bool = False
+    pods_only: bool = False
     cgroupfs: str = "/sys/fs/cgroup"
     cgroup: bool = True  # read each group's own cgroup (docs/reference.md §7)
     pressure: bool = True  # and its PSI files, where the node has them

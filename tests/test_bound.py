@@ -216,7 +216,7 @@ def test_without_the_bound_a_moved_process_is_never_counted(tmp_path):
 def test_the_engine_runs_with_the_bound(tmp_path):
     """`build_engine` hands K to the reader and the cgroups alike, and by default the
     module's `WHOLE_READ_PASSES`."""
-    options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+    options = Options(pod_logs=str(tmp_path), container_logs=str(tmp_path))
     engine = build_engine(options)
     assert engine.reader.whole_read_passes == engine.cgroupfs.whole_read_passes == K
     engine = build_engine(dataclasses.replace(options, whole_read_passes=7))
@@ -438,7 +438,7 @@ def test_a_process_moved_to_a_busy_pod_on_the_kernel_is_counted_within_k_passes(
         cgroups(kinds, pods["b"]) as b,
         Workload(list(a.values()), "--idle", "1") as work,
     ):
-        options = Options("/proc", str(tmp_path), str(tmp_path), False, pods_only=True)
+        options = Options(pod_logs=str(tmp_path), container_logs=str(tmp_path), pods_only=True)
         engine = build_engine(options)
         time.sleep(0.3)  # its threads started and blocked: nothing of it moves until asked
         before = _on_cpu_ns(work.pid)

@@ -102,7 +102,7 @@ def test_every_groups_processes_add_up_to_its_interval_on_this_node(tmp_path):
         cgroup("v2", f"procdelta-view-{uuid.uuid4().hex[:8]}/idle") as idle_path,
         Workload(idle_path, "--idle", "1") as idle,
     ):
-        options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+        options = Options(pod_logs=str(tmp_path), container_logs=str(tmp_path))
         engine = build_engine(options)
         for _ in range(3):
             result = engine.run_pass()
@@ -127,7 +127,7 @@ def test_the_view_sorts_limits_and_lists_the_groups_it_matches(tmp_path):
         cgroup("v2", f"procdelta-view-{uuid.uuid4().hex[:8]}/busy") as busy_path,
         Workload(busy_path, "--busy", "1") as busy,
     ):
-        options = Options("/proc", str(tmp_path), str(tmp_path), False, False)
+        options = Options(pod_logs=str(tmp_path), container_logs=str(tmp_path))
         engine = build_engine(options)
         engine.run_pass()
         time.sleep(0.5)
@@ -280,7 +280,8 @@ ALICE = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
 def machine_passes_and_a_user(tmp_path):
     """Two real passes over this machine's processes, 0.2 s apart, and a web configuration
     with one user (ALICE's credentials): (the pass loop, the configuration's path)."""
-    loop = PassLoop(build_engine(Options("/proc", str(tmp_path), str(tmp_path), False, False)), 1.0)
+    options = Options(pod_logs=str(tmp_path), container_logs=str(tmp_path))
+    loop = PassLoop(build_engine(options), 1.0)
     loop.run_pass()
     time.sleep(0.2)
     loop.run_pass()
@@ -483,7 +484,7 @@ def test_which_process_of_a_pod_waits_on_the_kernel(tmp_path):
     web_uid, crunch_uid = str(uuid.uuid4()), str(uuid.uuid4())
     (pods / f"shop_web-0_{web_uid}").mkdir(parents=True)
     (pods / f"batch_crunch-0_{crunch_uid}").mkdir(parents=True)
-    options = Options("/proc", str(pods), str(tmp_path), False, False)
+    options = Options(pod_logs=str(pods), container_logs=str(tmp_path))
     with (
         cgroup("v2", _pod_path(web_uid)) as web,
         cgroup("v2", _pod_path(crunch_uid)) as crunch,

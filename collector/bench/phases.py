@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         synthetic_table(args.processes, f"mixed:{args.running}", pods_file=pods_file),
         pod_names(pods_file) as (pod_logs, container_logs),
     ):
-        options = Options("/proc", pod_logs, container_logs, False, False)
+        options = Options(pod_logs=pod_logs, container_logs=container_logs)
         floor: dict[str, list[float]] = defaultdict(list)
         beside = functools.partial(floor_split, floor)
         served = served_phases(options, args.passes, args.warmup, args.interval, beside)

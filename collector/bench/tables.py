@@ -172,7 +172,7 @@ def pod_names(pods_file: str) -> Iterator[tuple[str, str]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-DEFAULT_OPTIONS = Options("/proc", "/var/log/pods", "/var/log/containers", False, False)
+DEFAULT_OPTIONS = Options()
 
 
 def variants(name: str, without_cgroups: bool) -> tuple[tuple[str, Options], ...]:
