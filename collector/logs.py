@@ -2,9 +2,11 @@
 
 `time=2026-12-02T12:42:57.278Z level=warn source=procdelta msg="..."`: one record a line,
 its keys in that order, the time in UTC to the millisecond (promslog's layout, with
-`--log.level`'s lowercase names). A value is quoted where it holds a space, `=`, a quote or
-nothing, with `"`, `\\` and line breaks escaped, so a message never breaks a line. JSON
-carries the same keys.
+`--log.level`'s lowercase names), then a record's own keys (`log.info("starting procdelta",
+extra={"keys": {"version": ...}})`), as node_exporter's start line carries `version=`. A
+value is quoted where it holds a space, `=`, a quote or nothing, with `"`, `\\` and line
+breaks escaped, so a message never breaks a line; a boolean is `true` or `false`, as Go
+writes it. JSON carries the same keys.
 """
 
 from __future__ import annotations
@@ -35,9 +37,18 @@ def _fields(formatter: logging.Formatter, record: logging.LogRecord) -> dict[str
         "source": record.name,
         "msg": record.getMessage(),
     }
+    for key, value in getattr(record, "keys", {}).items():
+        fields[key] = _text(value)
     if record.exc_info:
         fields["err"] = formatter.formatException(record.exc_info)
     return fields
+
+
+def _text(value: object) -> str:
+    """A key's value as Go's logs write it: `true`/`false` for a boolean."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def logfmt_value(value: str) -> str:

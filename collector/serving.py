@@ -118,33 +118,29 @@ def _log_start(settings: ServeSettings, bound: tuple) -> None:
     """The start line: the version and every setting that shapes what is served."""
     options, web = settings.options, settings.web
     current = web.current() if web is not None else None
-    log.info(
-        "starting procdelta version=%s interval=%gs listen=%s bound=%s:%d tls=%s basic_auth=%s "
-        "max_requests=%d processes=%s storage_bytes=%s telemetry_path=%s procfs=%s cgroupfs=%s "
-        "pod_logs=%s container_logs=%s per_container=%s pods_only=%s cgroup=%s pressure=%s "
-        "interval_gauges=%s totals=%s",
-        __version__,
-        settings.interval,
-        settings.listen_address,
-        bound[0],
-        bound[1],
-        bool(current and current.tls),
-        bool(current and current.users),
-        settings.max_requests,
-        settings.processes,
-        settings.storage_bytes or bool(current and current.authenticates),
-        settings.telemetry_path,
-        options.procfs,
-        options.cgroupfs,
-        options.pod_logs,
-        options.container_logs,
-        options.per_container,
-        options.pods_only,
-        options.cgroup,
-        options.pressure,
-        options.interval_gauges,
-        options.totals,
-    )
+    keys = {
+        "version": __version__,
+        "interval": f"{settings.interval:g}s",
+        "listen": settings.listen_address,
+        "bound": f"{bound[0]}:{bound[1]}",
+        "tls": bool(current and current.tls),
+        "basic_auth": bool(current and current.users),
+        "max_requests": settings.max_requests,
+        "processes": settings.processes,
+        "storage_bytes": settings.storage_bytes or bool(current and current.authenticates),
+        "telemetry_path": settings.telemetry_path,
+        "procfs": options.procfs,
+        "cgroupfs": options.cgroupfs,
+        "pod_logs": options.pod_logs,
+        "container_logs": options.container_logs,
+        "per_container": options.per_container,
+        "pods_only": options.pods_only,
+        "cgroup": options.cgroup,
+        "pressure": options.pressure,
+        "interval_gauges": options.interval_gauges,
+        "totals": options.totals,
+    }
+    log.info("starting procdelta", extra={"keys": keys})
 
 
 def raise_open_files_limit() -> None:

@@ -109,7 +109,7 @@ def test_tls_and_basic_auth(pki):
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=10)
-    assert "tls=True basic_auth=True" in stderr
+    assert 'msg="starting procdelta"' in stderr and " tls=true basic_auth=true " in stderr
 
 
 def test_client_certificates_required(pki):
