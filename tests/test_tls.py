@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector import webconfig
+from collector import tls, webconfig
 from collector.exporter import PassLoop
 from tests.test_serve import CountingEngine, serving
 from tests.test_webconfig import client_context, pki, write_config
@@ -132,3 +132,75 @@ def test_a_failed_handshake_is_logged_in_openssls_words(pki, tmp_path, caplog, m
             plain.recv(65536)
     (line,) = [r.getMessage() for r in caplog.records if "TLS with" in r.getMessage()]
     assert line == f"TLS with 127.0.0.1 failed: {said}"
+
+
+# -- sessions in memory: what a session says when it fails, whichever call meets it -------
+
+
+def server_session(pki: Path, engine: str) -> tls.Session:
+    """A session of the engine the listener serves `engine` (a client_auth_type) with."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(pki / "server.crt"), str(pki / "server.key"))
+    if engine == "NoClientCert":
+        return tls.StdlibServer(context).session()
+    cert, key = str(pki / "server.crt"), str(pki / "server.key")
+    return tls.UnverifiedServer(context, cert, key, required=False).session()
+
+
+def handshaken(pki: Path, session: tls.Session) -> tuple[ssl.SSLObject, ssl.MemoryBIO]:
+    """A client's end of `session`, the handshake done: its object and its output."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_context(pki, True).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    for _ in range(10):
+        try:
+            client.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            session.receive(outgoing.read())
+            incoming.write(session.pending())
+    else:
+        raise AssertionError("no handshake")
+    return client, outgoing
+
+
+def in_openssls_words(failed: tls.Failed, engine: str) -> str:
+    """What the listener logs of a failure: `ssl`'s reason code, else its text; pyOpenSSL's
+    error list."""
+    cause = failed.__context__
+    assert cause is not None
+    if engine == "NoClientCert":
+        return getattr(cause, "reason", None) or str(cause)
+    return str(cause)
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_a_failed_session_tells_each_later_failure_in_openssls_words(pki, mode):
+    """After a failed handshake (plain HTTP), a further read and a write fail too, each
+    told as OpenSSL tells it — for `ssl`, an end of file or I/O error that has no reason
+    code, so its text — never as None."""
+    session = server_session(pki, mode)
+    with pytest.raises(tls.Failed):
+        session.receive(GET + b"\r\n")
+    with pytest.raises(tls.Failed) as read:
+        session.receive(b"more of it")
+    with pytest.raises(tls.Failed) as write:
+        session.send(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    for failed in (read.value, write.value):
+        said = in_openssls_words(failed, mode)
+        assert failed.args == (said,) and said not in ("", "None")
+    if mode == "NoClientCert":  # none of the two has a reason code: its text is told
+        assert read.value.__context__.reason is None and write.value.__context__.reason is None
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_closing_a_session_whose_record_failed_raises_nothing(pki, mode):
+    """A record that fails to decrypt after the handshake ends the session; closing it then
+    (OpenSSL refuses the shutdown) raises nothing: there is no close_notify to send."""
+    session = server_session(pki, mode)
+    client, outgoing = handshaken(pki, session)
+    client.write(b"GET / HTTP/1.1\r\n")
+    record = outgoing.read()
+    with pytest.raises(tls.Failed) as failed:
+        session.receive(record[:-1] + bytes([record[-1] ^ 1]))
+    assert "bad record mac" in str(failed.value).lower().replace("_", " ")
+    assert isinstance(session.close(), bytes)
