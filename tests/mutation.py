@@ -106,7 +106,10 @@ EXPORTER = "collector/exporter.py"
 WEBCONFIG = "collector/webconfig.py"
 WAITS = "collector/waits.py"
 PROCESSES = "collector/processes.py"
-TOP = "collector/top.py"
+TOP_CORE = "collector/top/core.py"
+TOP_REMOTE = "collector/top/remote.py"
+TOP_THREADS = "collector/top/threads.py"
+TOP_TERMINAL = "collector/top/terminal.py"
 
 
 @dataclass(frozen=True)
@@ -920,47 +923,47 @@ def _mutants() -> Iterator[Mutant]:
         "        if False:\n            groups = self.table.groups(query)",
         "a pod whose processes have no delta loses its own cgroup's line (its throttling)",
     )  # fmt: skip
-    # -- collector/top.py: procdelta top --------------------------------------------------
+    # -- collector/top/: procdelta top ------------------------------------------------------
     yield m(
-        "top/pod-without-its-namespace", TOP,
+        "top/pod-without-its-namespace", TOP_CORE,
         'return (("namespace", self.pod[0]), ("pod", self.pod[1]))',
         'return (("pod", self.pod[1]),)',
         "--pod prod/web-0 shows staging/web-0's processes too",
     )  # fmt: skip
     yield m(
-        "top/from-drops-the-sort", TOP,
+        "top/from-drops-the-sort", TOP_REMOTE,
         '        params["sort"] = selection.sort\n',
         "",
         "--from --sort on_cpu_nanos shows the server's run-delay cut: the busiest may be missing",
     )  # fmt: skip
     yield m(
-        "top/threads-delta-on-first-sight", TOP,
+        "top/threads-delta-on-first-sight", TOP_THREADS,
         "                before = self._seen.get(tid)\n",
         "                before = self._seen.get(tid)"
         " or _Seen(pid, stat.start_ticks, (0, 0, 0, 0))\n",
         "a thread's first sight shows its whole life as one interval's wait",
     )  # fmt: skip
     yield m(
-        "top/threads-reused-tid", TOP,
+        "top/threads-reused-tid", TOP_THREADS,
         "                    or before.start_ticks != reading.start_ticks\n",
         "",
         "a TID reused by a new thread shows the difference of two threads' counters",
     )  # fmt: skip
     yield m(
-        "top/threads-counter-fell", TOP,
+        "top/threads-counter-fell", TOP_THREADS,
         "                    or any(n < b for n, b in"
         " zip(counters, before.counters, strict=True))\n",
         "",
         "a counter that fell gives a negative delta",
     )  # fmt: skip
     yield m(
-        "top/terminal-kept-on-an-error", TOP,
+        "top/terminal-kept-on-an-error", TOP_TERMINAL,
         "    except (KeyboardInterrupt, _Stop):\n        pass\n    finally:\n",
         "    except (KeyboardInterrupt, _Stop):\n        pass\n    if True:\n",
         "an error leaves the terminal in cbreak mode, without echo",
     )  # fmt: skip
     yield m(
-        "top/terminal-kept-on-sigterm", TOP,
+        "top/terminal-kept-on-sigterm", TOP_TERMINAL,
         "        with _signals_stop(), _resizes() as resized:",
         "        with contextlib.nullcontext(), _resizes() as resized:",
         "a SIGTERM or a hangup (kubectl exec closed) leaves the terminal in cbreak mode",

@@ -59,11 +59,11 @@ PINNED = {
     "collector.reading._Seen": ("ino", "reading", "threads", "ran", "io_totals"),
     "collector.reading._ThreadSeen": ("tid", "ino", "schedstat", "reading"),
     "collector.reading._Threads": ("readings", "seen", "ran", "io_totals"),
-    "collector.top.ThreadRow": (
+    "collector.top.threads.ThreadRow": (
         "pid", "tid", "comm", "on_cpu_nanos", "run_delay_nanos", "voluntary_switches",
         "nonvoluntary_switches",
     ),
-    "collector.top._Seen": ("pid", "start_ticks", "counters"),
+    "collector.top.threads._Seen": ("pid", "start_ticks", "counters"),
     "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).
@@ -76,10 +76,12 @@ FIELDS_ORDER = (
 
 def named_tuples() -> dict[str, tuple[str, ...]]:
     found = {}
-    for module_info in pkgutil.iter_modules(collector.__path__):
-        if module_info.name in ("__main__", "bench"):
+    for module_info in pkgutil.walk_packages(collector.__path__, "collector."):
+        if module_info.name == "collector.__main__" or module_info.name.startswith(
+            "collector.bench"
+        ):
             continue
-        module = importlib.import_module(f"collector.{module_info.name}")
+        module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
             if (
                 isinstance(value, type)

@@ -444,7 +444,7 @@ def test_an_answer_too_large_is_refused_without_holding_it():
 
 def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
     """A byte every 0.2 s never trips a read's timeout; the whole GET has one deadline."""
-    monkeypatch.setattr(top, "REQUEST_TIMEOUT", 1.0)
+    monkeypatch.setattr(top.remote, "REQUEST_TIMEOUT", 1.0)
 
     def trickle(sock: socket.socket, port: int) -> None:
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
