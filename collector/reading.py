@@ -93,9 +93,19 @@ class _Threads(NamedTuple):
 
 
 class _Block(NamedTuple):
-    """The processes of one cgroup carried over together (`Carried`), with what the next
-    pass needs to carry them again without a look at each: the inode of each one's
-    `<pid>` directory, and which of them each pass reads whole (by PID modulo K)."""
+    """The processes of one quiet cgroup carried over together (`Carried`); what carrying
+    is, told once for this module.
+
+    A known process (`known_since`) of a quiet cgroup (`in_quiet_cgroup`), not due to be
+    read whole, is carried without reading any file: its last reading, the very object,
+    stands for one instant of the pass (`PassReadings.carried_at_ns`: any instant of the
+    pass is theirs, nothing of theirs moved in it), apart from the processes read, in one
+    block per cgroup (`PassReadings.carried`), so that the guard and the sums take them as
+    a block. The next pass carries the block again as it is, without a look at each of its
+    processes, where `block_stands`, less its members due to be read whole (by PID modulo
+    K), which are read whole while the rest make a new block: an idle pod costs a look at
+    its block, not at each of its processes. Kept for that: each member's `<pid>` inode,
+    and which members each pass reads whole."""
 
     carried: Carried
     inos: dict[int, int]  # pid → inode of its `<pid>` directory when it was last listed
@@ -234,11 +244,7 @@ class Reader:
       `stat` counters cannot have moved, and its reading is the last one at a new
       instant (`_probe`, `_carry`).
     * A process in a quiet cgroup (`read_pass(quiet=…)`, `in_quiet_cgroup`) is carried
-      without reading any file: its last reading, the very object, stands for one
-      instant of the pass (`PassReadings.carried_at_ns`), apart from the processes read,
-      in one block per cgroup (`PassReadings.carried`), so that the guard and the sums
-      take them as a block. Last pass's block is carried again as it is, without a look
-      at each of its processes, where `block_stands`.
+      without reading any file, in its cgroup's block (`_Block`).
     * A process's `cgroup` is read at its first two sightings (a new process may be moved
       into its container's cgroup just after it starts), then when it is read whole.
     * Every process is read whole, no shortcut taken, when `whole_read_due`: the bound
@@ -267,14 +273,8 @@ class Reader:
     def read_pass(self, quiet: Callable[[bytes], bool] | None = None) -> PassReadings:
         """Every process listed now. `quiet(cgroup_text)` says whether a process whose
         cgroup file reads so is in a cgroup that has not run since the previous pass (see
-        `in_quiet_cgroup`); its known processes are then carried over unread: their last
-        readings, the very objects, stand for one instant (`carried_at_ns`: any instant
-        of the pass is theirs, nothing of theirs moved in it), and come back apart from
-        the processes read, one block per cgroup (`PassReadings.carried`). Last pass's
-        block of a cgroup still quiet is carried as it is where `block_stands`, less its
-        processes due to be read whole, which are read whole: an idle pod costs a look at
-        its block, not at each of its processes (and, in a pass where one of them is due,
-        a new block of the rest, made process by process)."""
+        `in_quiet_cgroup`); its known processes are then carried over unread, by block
+        (`_Block`)."""
         self._passes += 1
         previous_pass, confirmed = self._previous, self._confirmed
         listed_at = self.clock()
@@ -314,12 +314,9 @@ class Reader:
         quiet: Callable[[bytes], bool],
         blocks: dict[bytes, _Block],
     ) -> list[tuple[int, int]]:
-        """Fill `blocks` with this pass's carried processes, by cgroup; what is left to read.
-
-        Last pass's blocks that stand (`block_stands`) are kept, less their processes due
-        to be read whole; then each listed process not in one is carried where it is
-        known (`known_since`), in a quiet cgroup (`in_quiet_cgroup`) and not due to be
-        read whole, into its cgroup's block."""
+        """Fill `blocks` with this pass's carried processes, by cgroup (`_Block`); what is
+        left to read: last pass's blocks that stand first, then each listed process not in
+        one."""
         passes, every, previous_pass = self._passes, self.whole_read_passes, self._previous
         kept: set[int] = set()
         due_now = None if every is None else -passes % every  # pid % K of those due
