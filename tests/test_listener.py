@@ -500,3 +500,269 @@ def test_a_flood_of_idle_connections_leaves_scrapes_answered_and_nothing_behind(
         _, stderr = process.communicate(timeout=30)
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     assert "Traceback" not in stderr
+
+
+def read_answer(sock: socket.socket, rest: bytearray) -> tuple[bytes, bytes]:
+    """The next answer's head and body (by its Content-Length) off a kept-alive
+    connection; `rest` holds what was read past it, for the next call."""
+    while b"\r\n\r\n" not in rest:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a whole head: {bytes(rest[:200])!r}"
+        rest += chunk
+    head, _, body = bytes(rest).partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    chunks = [body]
+    got = len(body)
+    while got < length:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "closed before a whole body"
+        chunks.append(chunk)
+        got += len(chunk)
+    body = b"".join(chunks)
+    rest[:] = body[length:]
+    return head, body[:length]
+
+
+def test_an_answers_head_is_its_status_type_length_and_headers_in_order():
+    """The status line (a status with no reason phrase of its own is `Unknown`), the
+    type, the length, nosniff, the handler's own headers, and `Connection: close` only on
+    the answer after which the connection closes."""
+
+    def custom(request: Request) -> Response:
+        return Response(299, b"abc", content_type="x/y", headers=(("A", "b"), ("C", "d")))
+
+    with listening(custom) as listener:
+        answer = exchange(
+            listener.server_address[1],
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+    kept = (
+        b"HTTP/1.1 299 Unknown\r\nContent-Type: x/y\r\nContent-Length: 3\r\n"
+        b"X-Content-Type-Options: nosniff\r\nA: b\r\nC: d\r\n"
+    )
+    assert answer == kept + b"\r\nabc" + kept + b"Connection: close\r\n\r\nabc"
+
+
+def test_a_large_answer_read_late_arrives_whole_and_the_connection_goes_on():
+    """An answer larger than the socket's buffers pauses the writing until the client reads
+    it; read late but within the write deadline, it arrives whole and its place among
+    --web.max-requests is freed; the request pipelined behind it is answered next, and a
+    large answer to `Connection: close` closes the connection once taken."""
+    big = b"0123456789abcdef" * (1 << 20)  # 16 MiB: more than the loopback's buffers hold
+
+    def handler(request: Request) -> Response:
+        return Response(200, big if request.path == "/big" else b"small\n")
+
+    with listening(handler, Limits(max_requests=1)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            rest = bytearray()
+            sock.sendall(
+                b"GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            wait_until(lambda: listener.counts.in_flight == 1, 10, "the answer in flight")
+            time.sleep(0.3)  # the server has filled the socket and waits for it to drain
+            assert listener.counts.in_flight == 1
+            head, body = read_answer(sock, rest)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == big
+            head, body = read_answer(sock, rest)
+            assert b"Connection: close" not in head and body == b"small\n"
+            wait_until(lambda: listener.counts.in_flight == 0, 10, "its place freed")
+            assert not closed_by_server(sock, 0.2)
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            time.sleep(0.3)
+            head, body = read_answer(sock, rest)
+            assert head.endswith(b"\r\nConnection: close") and body == big and not rest
+            assert closed_by_server(sock, 5)
+
+
+def test_what_the_event_loop_reports_is_one_line_at_debug_unless_the_servers_own(caplog):
+    """What asyncio would print with a traceback: an error of the system's (an accept that
+    hit the open files limit) one line at debug level, any other an error with its repr."""
+    with caplog.at_level("DEBUG", logger="collector.listener"), listening(hello) as listener:
+        assert request(listener.server_address[1], "/")[0] == 200  # the loop runs
+        listener.loop.call_exception_handler(
+            {"message": "socket.accept() out of system resource",
+             "exception": OSError(24, "Too many open files")}
+        )  # fmt: skip
+        listener.loop.call_exception_handler({"message": "a note"})
+        listener.loop.call_exception_handler(
+            {"message": "a callback failed", "exception": ValueError("bug")}
+        )
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "listener:" in r.getMessage()]
+    assert lines == [
+        (
+            "DEBUG",
+            "listener: socket.accept() out of system resource [Errno 24] Too many open files",
+        ),
+        ("DEBUG", "listener: a note "),
+        ("ERROR", "listener: a callback failed: ValueError('bug')"),
+    ]
+
+
+def test_failures_are_counted_into_the_next_line_as_refusals_are(caplog):
+    """The server's own failures, one error line every 10 s at most: the first alone, the
+    next with the count of those held back."""
+    now = [0.0]
+    failures = RefusalLog(every=10, monotonic=lambda: now[0])
+    with caplog.at_level("ERROR", logger="collector.listener"):
+        for second in range(25):
+            now[0] = float(second)
+            failures.failed(f"failure at {second}")
+    assert [r.getMessage() for r in caplog.records] == [
+        "failure at 0",
+        "failure at 10 (and 9 more failures since the last line)",
+        "failure at 20 (and 9 more failures since the last line)",
+    ]
+
+
+def test_a_refusal_says_why_in_one_line_closes_and_is_logged_with_the_client(caplog):
+    """A malformed request is answered with the reason as one line of text, says it closes
+    (`Connection: close`) and does; the log names the client and the reason."""
+    with caplog.at_level("INFO", logger="collector.listener"), listening(hello) as listener:
+        answer = exchange(listener.server_address[1], b"GARBAGE\r\n\r\nGET / HTTP/1.0\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert head.endswith(b"\r\nConnection: close") and body == b"malformed request line\n"
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["refused 127.0.0.1: 400: malformed request line"]
+
+
+def test_a_request_turned_away_is_503_closed_and_logged(caplog):
+    """Past --web.max-requests, a request is answered 503 (a HEAD without the body), the
+    connection closed with it (a request pipelined behind is not read), the client logged."""
+    release = threading.Event()
+
+    def held(request: Request) -> Response | Deferred:
+        if request.path == "/held":
+            return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+        return hello(request)
+
+    with (
+        caplog.at_level("INFO", logger="collector.listener"),
+        listening(held, Limits(max_requests=1)) as listener,
+    ):
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as holder:
+            try:
+                holder.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "one request in flight")
+                turned = exchange(
+                    port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+                )
+                head_only = exchange(port, b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+            finally:
+                release.set()
+    head, _, body = turned.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert head.endswith(b"\r\nConnection: close")
+    assert body == b"too many requests at once (--web.max-requests 1); try again later\n"
+    assert head_only.startswith(b"HTTP/1.1 503 ") and head_only.endswith(b"\r\n\r\n")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+    assert lines[0] == "refused 127.0.0.1: 503: --web.max-requests reached"
+
+
+@pytest.mark.parametrize("kind", ["held", "gate", "aside"])
+def test_a_deferred_answer_that_raises_is_a_500_and_the_connection_goes_on(caplog, kind):
+    """Work done in a worker thread (a view, a bcrypt check) that raises: a 500 saying
+    `internal error`, logged as the server's failure with the request's method and path
+    (cut to 64 characters); the request pipelined behind it is answered on the same
+    connection, and `Connection: close` closes it after."""
+    path = "/" + "p" * 99
+
+    def work() -> Response:
+        raise RuntimeError("bug")
+
+    def handler(request: Request) -> Response | Deferred:
+        if request.path == path:
+            return Deferred(work, gate=kind == "gate", aside=kind == "aside")
+        return hello(request)
+
+    with caplog.at_level("ERROR", logger="collector.listener"), listening(handler) as listener:
+        answer = exchange(
+            listener.server_address[1],
+            f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            + f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            + b"GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+    failed = b"HTTP/1.1 500 Internal Server Error\r\n"
+    assert answer.count(failed) == 2 and answer.count(b"\r\n\r\ninternal error\n") == 2
+    assert answer.endswith(b"Connection: close\r\n\r\nGET /after\n")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == f"answering GET {path[:64]!r} failed: RuntimeError('bug')"
+
+
+def test_checks_and_views_each_run_in_the_listeners_own_worker():
+    """A gate (a bcrypt check) runs in the listener's `auth` thread, one at a time; an
+    answer made aside or on request (a view) in its `views` thread, not in asyncio's
+    default pool."""
+    threads: dict[str, str] = {}
+
+    def handler(request: Request) -> Deferred:
+        def work() -> Response:
+            threads[request.path] = threading.current_thread().name
+            return Response(200, b"made\n")
+
+        kind = request.path[1:]
+        return Deferred(work, gate=kind == "gate", aside=kind == "aside")
+
+    with listening(handler) as listener:
+        port = listener.server_address[1]
+        for kind in ("gate", "aside", "held"):
+            assert request(port, f"/{kind}")[0] == 200
+    assert threads["/gate"].startswith("auth")
+    assert threads["/aside"].startswith("views") and threads["/held"].startswith("views")
+
+
+def test_a_connection_cut_by_the_server_is_logged_with_why_unless_merely_idle(caplog):
+    """At debug level: a connection without a whole request by the head's deadline, and
+    one evicted by a newer past the connection bound, are logged with the client and why;
+    a kept-alive connection closed after its idle wait is not (nothing went wrong), nor is
+    one the client closed."""
+    limits = Limits(header_timeout=1.0, idle_timeout=0.5, max_connections=2)
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(hello, limits) as listener,
+    ):
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            assert closed_by_server(silent, 5)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as kept:
+            kept.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(kept, bytearray())[1] == b"GET /\n"
+            assert closed_by_server(kept, 5)
+        with (
+            socket.create_connection(("127.0.0.1", port)) as oldest,
+            socket.create_connection(("127.0.0.1", port)) as newer,
+        ):
+            wait_until(lambda: listener.counts.connections == 2, 5, "two connections")
+            with socket.create_connection(("127.0.0.1", port)):
+                assert closed_by_server(oldest, 0.5)
+                assert not closed_by_server(newer, 0.1)
+        wait_until(lambda: listener.counts.connections == 0, 5, "all closed")
+    lines = [r.getMessage() for r in caplog.records if "closing the connection" in r.getMessage()]
+    assert lines == [
+        "closing the connection of 127.0.0.1: no whole request in time",
+        "closing the connection of 127.0.0.1: evicted: too many connections",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["held", "gate", "aside"])
+def test_a_deferred_answer_to_connection_close_says_so_and_closes(kind):
+    """An answer made in a worker thread to a request with `Connection: close` says it
+    closes, and does: what the client pipelined behind it is not answered."""
+
+    def handler(request: Request) -> Deferred:
+        return Deferred(
+            lambda: Response(200, b"made\n"), gate=kind == "gate", aside=kind == "aside"
+        )
+
+    with listening(handler) as listener:
+        answer = exchange(
+            listener.server_address[1],
+            b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 1
+    assert answer.endswith(b"\r\nConnection: close\r\n\r\nmade\n")
