@@ -30,8 +30,12 @@ from tests.net import free_port, request, start_serve, wait_until
 
 
 @contextlib.contextmanager
-def listening(handler, limits: Limits | None = None) -> Iterator[Listener]:
+def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterator[Listener]:
+    """A Listener on 127.0.0.1; `sndbuf`: its connections' kernel send buffer, if not the
+    default (accepted sockets inherit it)."""
     sock = socket.socket()
+    if sndbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     sock.setblocking(False)
@@ -215,6 +219,7 @@ def test_every_answer_says_nosniff():
         ("gzip;q=1.0", "gzip", "*", True),
         ("gzip;q=2", "gzip", "*", False),  # no such weight
         ("gzip;q=nan", "gzip", "*", False),
+        ("gzip;q=0=1", "gzip", "*", False),  # a malformed weight, not a parameter `q=0`
         ("*", "gzip", "*", True),
         ("*;q=0", "gzip", "*", False),
         ("*, gzip;q=0", "gzip", "*", False),  # named: the wildcard does not reach it
@@ -229,6 +234,13 @@ def test_every_answer_says_nosniff():
 def test_header_lists_are_read_with_their_weights(header, token, wildcard, expected):
     """RFC 9110 section 12.4.2: `gzip;q=0` says no gzip."""
     assert accepted(header, token, wildcard) is expected
+
+
+def test_the_wildcard_of_a_header_list_is_a_star_unless_named():
+    """Accept-Encoding's `*` stands for any coding not listed, unless another (Accept's
+    `*/*`) or none is named."""
+    assert accepted("*", "gzip") and accepted("deflate, *;q=0.5", "gzip")
+    assert not accepted("*", "gzip", wildcard=None) and not accepted("deflate", "gzip")
 
 
 def test_a_request_head_has_one_deadline_however_slowly_it_comes():
@@ -732,6 +744,11 @@ def test_a_connection_cut_by_the_server_is_logged_with_why_unless_merely_idle(ca
             kept.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_answer(kept, bytearray())[1] == b"GET /\n"
             assert closed_by_server(kept, 5)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as partial:
+            # the start of a second request sent with the first: its head's deadline runs
+            partial.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n")
+            assert read_answer(partial, bytearray())[1] == b"GET /\n"
+            assert closed_by_server(partial, 5)
         with (
             socket.create_connection(("127.0.0.1", port)) as oldest,
             socket.create_connection(("127.0.0.1", port)) as newer,
@@ -743,6 +760,7 @@ def test_a_connection_cut_by_the_server_is_logged_with_why_unless_merely_idle(ca
         wait_until(lambda: listener.counts.connections == 0, 5, "all closed")
     lines = [r.getMessage() for r in caplog.records if "closing the connection" in r.getMessage()]
     assert lines == [
+        "closing the connection of 127.0.0.1: no whole request in time",
         "closing the connection of 127.0.0.1: no whole request in time",
         "closing the connection of 127.0.0.1: evicted: too many connections",
     ]
@@ -766,3 +784,48 @@ def test_a_deferred_answer_to_connection_close_says_so_and_closes(kind):
         )
     assert answer.count(b"HTTP/1.1 200 OK\r\n") == 1
     assert answer.endswith(b"\r\nConnection: close\r\n\r\nmade\n")
+
+
+def test_an_answer_before_closing_not_taken_is_dropped_at_the_write_deadline(caplog):
+    """An answer to `Connection: close` small enough to be written at once but left unread
+    (in the server's buffer, past the kernel's): the connection is held until the write
+    deadline, not dropped before, then dropped and logged."""
+    answer = Response(200, b"x" * (200 * 1024))  # under the transport's 256 KiB mark
+    limits = Limits(write_timeout=1.5)
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(lambda request: answer, limits, sndbuf=4096) as listener,
+        socket.socket() as reader,
+    ):
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(listener.server_address)
+        reader.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        wait_until(lambda: listener.counts.in_flight == 0, 5, "the answer written")
+        began = time.monotonic()
+        time.sleep(0.5)
+        assert listener.counts.connections == 1, "dropped before the write deadline"
+        wait_until(lambda: listener.counts.connections == 0, 10, "dropped at the deadline")
+        assert 1.0 < time.monotonic() - began < 5
+    lines = [r.getMessage() for r in caplog.records if "closing the connection" in r.getMessage()]
+    assert lines == ["closing the connection of 127.0.0.1: response not taken"]
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_client_that_ends_its_sending_gets_its_answer_then_the_end(held):
+    """A client that sends its request and shuts its side (half-close) still gets the
+    answer, made at once or in a worker, and then the connection closes."""
+
+    def handler(request: Request) -> Response | Deferred:
+        if held:
+            return Deferred(lambda: (time.sleep(0.3), Response(200, b"made\n"))[1])
+        return Response(200, b"made\n")
+
+    with (
+        listening(handler) as listener,
+        socket.create_connection(listener.server_address, timeout=5) as sock,
+    ):
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        head, body = read_answer(sock, bytearray())
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"made\n"
+        assert closed_by_server(sock, 2)
