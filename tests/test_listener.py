@@ -9,6 +9,7 @@ import contextlib
 import os
 import resource
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -382,11 +383,14 @@ def test_max_requests_0_is_no_bound_but_the_connections():
         assert results == [200, 200, 200]
 
 
-def test_a_response_not_taken_in_time_is_dropped_and_frees_its_place():
+def test_a_response_not_taken_in_time_is_dropped_and_frees_its_place(caplog):
     """A client that asks and never reads holds its place among --web.max-requests only
-    until the write deadline (1 s here, 30 s by default)."""
+    until the write deadline (1 s here, 30 s by default); the drop is logged, with why."""
     big = Response(200, b"x" * (32 << 20))  # more than the loopback's socket buffers hold
-    with listening(lambda request: big, Limits(write_timeout=1.0)) as listener:
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(lambda request: big, Limits(write_timeout=1.0)) as listener,
+    ):
         port = listener.server_address[1]
         with socket.create_connection(("127.0.0.1", port)) as reader:
             reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -394,6 +398,8 @@ def test_a_response_not_taken_in_time_is_dropped_and_frees_its_place():
             wait_until(lambda: listener.counts.in_flight == 1, 10, "the response in flight")
             wait_until(lambda: listener.counts.in_flight == 0, 10, "its place freed")
             wait_until(lambda: listener.counts.connections == 0, 10, "its connection dropped")
+    lines = [r.getMessage() for r in caplog.records if "closing the connection" in r.getMessage()]
+    assert lines == ["closing the connection of 127.0.0.1: response not taken in time"]
 
 
 def test_connections_beyond_the_bound_evict_the_longest_waiting():
@@ -829,3 +835,50 @@ def test_a_client_that_ends_its_sending_gets_its_answer_then_the_end(held):
         head, body = read_answer(sock, bytearray())
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"made\n"
         assert closed_by_server(sock, 2)
+
+
+def test_a_401_answer_is_logged_as_a_refusal_and_no_other_answer_is(caplog):
+    """A request answered 401 (a wrong password) is logged with the client, method and
+    path; an answer of another status is not."""
+
+    def handler(request: Request) -> Response:
+        return Response(401 if request.path == "/secret" else 200, b"no\n")
+
+    with caplog.at_level("INFO", logger="collector.listener"), listening(handler) as listener:
+        port = listener.server_address[1]
+        assert request(port, "/open")[0] == 200
+        assert request(port, "/secret")[0] == 401
+    assert [r.getMessage() for r in caplog.records] == ["refused 127.0.0.1: GET /secret: 401"]
+
+
+def test_a_client_gone_before_its_answer_is_made_frees_its_place_once():
+    """A client that leaves (a reset) while its answer is made in a worker: the answer is
+    dropped and its place among --web.max-requests freed once, so the bound still holds
+    after."""
+    releases = [threading.Event() for _ in range(3)]
+    started = iter(releases)
+
+    def held(request: Request) -> Deferred:
+        release = next(started)
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held, Limits(max_requests=1)) as listener:
+        port = listener.server_address[1]
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as gone:
+                gone.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "its answer being made")
+                gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            wait_until(lambda: listener.counts.connections == 0, 10, "the client gone")
+            releases[0].set()
+            wait_until(lambda: listener.counts.in_flight == 0, 10, "its place freed")
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as waiting:
+                waiting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "the next one in flight")
+                assert request(port, "/")[0] == 503  # the bound of 1 holds
+                releases[1].set()
+                assert read_answer(waiting, bytearray())[1] == b"held\n"
+        finally:
+            for release in releases:
+                release.set()
