@@ -882,3 +882,32 @@ def test_a_client_gone_before_its_answer_is_made_frees_its_place_once():
         finally:
             for release in releases:
                 release.set()
+
+
+def test_reading_pauses_again_for_each_request_answered_with_more_behind():
+    """The pause of the reading past one head's size is not spent once: after the first
+    request is answered and reading resumes, the next in flight pauses it again."""
+    first, rest = threading.Event(), threading.Event()
+    taken = []
+
+    def held(request: Request) -> Deferred:
+        release = rest if taken else first
+        taken.append(request.path)
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as client:
+            try:
+                client.sendall(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "the first in flight")
+                with contextlib.suppress(TimeoutError):
+                    client.sendall(b"GET /2 HTTP/1.1\r\nHost: x\r\n\r\n" * 500_000)  # 9 MB
+                (connection,) = listener.connections
+                first.set()
+                wait_until(lambda: len(taken) == 2, 10, "the second request taken")
+                time.sleep(0.5)
+                assert len(connection.buffer) <= MAX_HEAD_BYTES + 256 * 1024
+            finally:
+                first.set()
+                rest.set()
