@@ -911,3 +911,29 @@ def test_reading_pauses_again_for_each_request_answered_with_more_behind():
             finally:
                 first.set()
                 rest.set()
+
+
+def test_a_connection_mid_request_is_not_evicted_for_a_newer_one():
+    """Past the connection bound, the connection evicted is the one waiting longest for a
+    request, never an older one whose request is being answered: it gets its answer."""
+    release = threading.Event()
+
+    def held(request: Request) -> Response | Deferred:
+        if request.path == "/held":
+            return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+        return hello(request)
+
+    with listening(held, Limits(max_connections=2)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as busy:
+            try:
+                busy.sendall(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.counts.in_flight == 1, 10, "a request in flight")
+                with socket.create_connection(("127.0.0.1", port)) as idle:
+                    wait_until(lambda: listener.counts.connections == 2, 10, "two connections")
+                    with socket.create_connection(("127.0.0.1", port)):
+                        assert closed_by_server(idle, 5)
+                    release.set()
+                    assert read_answer(busy, bytearray())[1] == b"held\n"
+            finally:
+                release.set()
