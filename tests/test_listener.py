@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from collector.listener import (
+    MAX_ASIDE,
     MAX_HEAD_BYTES,
     Deferred,
     Limits,
@@ -937,3 +938,46 @@ def test_a_connection_mid_request_is_not_evicted_for_a_newer_one():
                     assert read_answer(busy, bytearray())[1] == b"held\n"
             finally:
                 release.set()
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "said", "logged"),
+    [
+        ("gate", 1, b"too many requests at once (--web.max-requests 1)", "too many checks waiting"),
+        ("aside", MAX_ASIDE, b"too many views at once (4)", "too many views waiting"),
+    ],
+)
+def test_checks_and_views_past_their_bound_are_503_saying_which(
+    caplog, kind, waiting, said, logged
+):
+    """One gate more than --web.max-requests waiting, one view more than MAX_ASIDE being
+    made: 503 at once, the text and the log line saying which bound was met."""
+    release = threading.Event()
+
+    def handler(request: Request) -> Deferred:
+        work = lambda: (release.wait(20), Response(200, b"made\n"))[1]  # noqa: E731
+        return Deferred(work, gate=kind == "gate", aside=kind == "aside")
+
+    with (
+        caplog.at_level("INFO", logger="collector.listener"),
+        listening(handler, Limits(max_requests=1)) as listener,
+    ):
+        port = listener.server_address[1]
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(waiting)]
+        try:
+            for sock in held:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            count = (
+                (lambda: listener.counts.gates)
+                if kind == "gate"
+                else (lambda: listener.counts.aside)
+            )
+            wait_until(lambda: count() == waiting, 10, "the bound reached")
+            status, _, body = request(port, "/")
+            assert status == 503 and body.startswith(said)
+        finally:
+            release.set()
+            for sock in held:
+                sock.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"refused 127.0.0.1: 503: {logged}"]
