@@ -981,3 +981,21 @@ def test_checks_and_views_past_their_bound_are_503_saying_which(
                 sock.close()
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"refused 127.0.0.1: 503: {logged}"]
+
+
+def test_a_method_or_body_refused_is_told_what_is_served():
+    """A method other than GET and HEAD: 405, `Allow: GET, HEAD`, and so in words; a
+    request with a body: 413 in words; an empty Content-Length is no body."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        wrong = exchange(port, b"PUT / HTTP/1.1\r\nHost: x\r\n\r\n")
+        body = exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+        empty = exchange(
+            port, b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\nConnection: close\r\n\r\n"
+        )
+    head, _, text = wrong.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+    assert b"\r\nAllow: GET, HEAD\r\n" in head and text == b"GET or HEAD only\n"
+    assert body.startswith(b"HTTP/1.1 413 Content Too Large\r\n")
+    assert body.endswith(b"\r\n\r\na request body is not accepted\n")
+    assert empty.startswith(b"HTTP/1.1 200 OK\r\n") and empty.endswith(b"GET /\n")
