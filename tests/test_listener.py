@@ -999,3 +999,29 @@ def test_a_method_or_body_refused_is_told_what_is_served():
     assert body.startswith(b"HTTP/1.1 413 Content Too Large\r\n")
     assert body.endswith(b"\r\n\r\na request body is not accepted\n")
     assert empty.startswith(b"HTTP/1.1 200 OK\r\n") and empty.endswith(b"GET /\n")
+
+
+def test_a_connection_closing_with_its_answer_unsent_is_not_evicted():
+    """A client that half-closes after its request, its answer still in the server's
+    buffer: the connection closes once the answer is sent (or at the write deadline), and
+    a newer connection past the bound evicts one waiting for a request, not it."""
+    answer = Response(200, b"x" * (200 * 1024))  # under the transport's 256 KiB mark
+    with (
+        listening(lambda request: answer, Limits(max_connections=2), sndbuf=4096) as listener,
+        socket.socket() as reader,
+    ):
+        port = listener.server_address[1]
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.settimeout(10)
+        reader.connect(listener.server_address)
+        reader.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        reader.shutdown(socket.SHUT_WR)
+        wait_until(lambda: listener.counts.in_flight == 0, 5, "the answer written")
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port)) as idle:
+            wait_until(lambda: listener.counts.connections == 2, 5, "two connections")
+            with socket.create_connection(("127.0.0.1", port)):
+                assert closed_by_server(idle, 5)
+        head, body = read_answer(reader, bytearray())
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == answer.body
+        assert closed_by_server(reader, 5)
