@@ -43,28 +43,61 @@ def hierarchy(kind: str) -> str:
     return point
 
 
-# The directories these tests made and have not removed yet, one path a line: test runs
-# side by side (the mutation runner's jobs) share the parents they make (`kubepods/...`),
-# and the last one out of a parent removes it. Nothing else is ever removed.
+# The directories these tests made and have not removed yet, a line each with the PID of
+# the test process that made it: test runs side by side (the mutation runner's jobs)
+# share the parents they make (`kubepods/...`), and the last one out of a parent removes
+# it. A run killed before its cleanup (SIGKILL) leaves its directories listed; the next
+# test to make one removes those of dead processes that are empty (`_sweep`). Nothing
+# else is ever removed.
 _MADE = os.path.join(tempfile.gettempdir(), "procdelta-test-cgroups")
 
 
 @contextlib.contextmanager
-def _made() -> Iterator[set[str]]:
-    """The set of directories made by tests, under an exclusive lock; written back after."""
+def _made() -> Iterator[dict[str, int]]:
+    """The directories made by tests, each with its maker's PID, under an exclusive lock;
+    written back after."""
     with open(_MADE + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            made: dict[str, int] = {}
             try:
                 with open(_MADE) as registry:
-                    made = set(registry.read().split("\n")) - {""}
+                    for line in registry.read().splitlines():
+                        pid, _, path = line.partition(" ") if line[:1] != "/" else ("", "", line)
+                        if path:
+                            made[path] = int(pid) if pid.isdigit() else 0  # 0: no maker known
             except FileNotFoundError:
-                made = set()
+                pass
             yield made
             with open(_MADE, "w") as registry:
-                registry.write("".join(f"{path}\n" for path in sorted(made)))
+                registry.write("".join(f"{made[path]} {path}\n" for path in sorted(made)))
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _sweep(made: dict[str, int]) -> None:
+    """Remove what killed test runs left: the listed directories whose maker is gone and
+    that hold no process and no cgroup, the deepest first; any other stays listed."""
+    for path in sorted(made, key=lambda p: p.count("/"), reverse=True):
+        if _alive(made[path]):
+            continue
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue  # holds a process, or a cgroup of a live test
+        del made[path]
 
 
 def _remove(path: str) -> bool:
@@ -91,12 +124,13 @@ def cgroup(kind: str, relative: str):
     created: list[str] = []
     path = root
     with _made() as made:
+        _sweep(made)
         for part in relative.strip("/").split("/"):
             path = os.path.join(path, part)
             if not os.path.isdir(path):
                 os.mkdir(path)
                 created.append(path)
-                made.add(path)
+                made[path] = os.getpid()
     try:
         yield path
     finally:
@@ -104,7 +138,7 @@ def cgroup(kind: str, relative: str):
             for directory in reversed(created):
                 _evict(directory, root)
             while path != root and path in made and _remove(path):
-                made.discard(path)
+                del made[path]
                 path = os.path.dirname(path)
 
 
