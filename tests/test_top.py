@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import json
+import logging
 import os
 import re
 import select
@@ -27,6 +29,7 @@ import pytest
 
 from collector import top
 from collector.exporter import PassLoop, make_server
+from collector.processes import Query
 from collector.procfs import ProcFS
 from tests.cgroups import Workload, cgroup, cgroups, weighed
 from tests.fixturetree import PASS1
@@ -52,6 +55,129 @@ LEADER = Path(sys.executable).name[:15]  # a workload's comm, its threads' unles
 )  # fmt: skip
 def test_short_time_takes_at_most_five_characters(nanos):
     assert len(top.short_time(nanos)) <= 5
+
+
+@pytest.mark.parametrize(
+    ("nanos", "shown"),
+    [(None, "-"), (0, "0"), (1, "1ns"), (999, "999ns"), (1_000, "1µs"), (999_999, "999µs"),
+     (1_000_000, "1.0ms"), (9_999_999, "9.9ms"), (10_000_000, "10ms"), (999_999_999, "999ms"),
+     (10**9, "1.00s"), (9_999_999_999, "9.99s"), (10**10, "10.0s"), (99_999_999_999, "99.9s"),
+     (10**11, "100s"), (999_999_999_999, "999s"), (10**12, "16m"),
+     (599_999_999_999_999, "9999m"), (600_000_000_000_000, "166h")],
+)  # fmt: skip
+def test_short_time_is_cut_never_rounded_up_past_its_unit(nanos, shown):
+    assert top.short_time(nanos) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "-"), (0, "0"), (9_999, "9999"), (10_000, "10k"), (9_999_999, "9999k"),
+     (10_000_000, "10M"), (123_456_789, "123M")],
+)  # fmt: skip
+def test_short_count_is_cut_to_thousands_and_millions(value, shown):
+    assert top.short_count(value) == shown
+
+
+def test_a_wait_share_is_of_the_time_runnable_and_none_without_it():
+    assert top.share(1, 3) == "25%"
+    assert top.share(3, 0) == "100%"
+    assert top.share(0, 0) == top.share(-1, 0) == "-"
+    assert top.screen._percent(None, 4) == "-"
+    assert top.screen._percent(1, 8) == "12%"
+
+
+def head_lines(view, selection, **kwargs) -> list[str]:
+    return [line.rstrip() for line in plain(top.render(view, selection, 80, **kwargs))]
+
+
+def test_a_screen_starts_with_what_it_shows_by_what_and_when():
+    """The head: the scope and the order, then the interval and its time, where the
+    passes come from, a note on the view, and how to quit when live."""
+    before = head_lines(None, top.Selection(), interval=2.5)
+    assert before == [
+        "procdelta top  node  by run delay  first pass done, the first interval in 2.5s"
+    ]
+    cut = head_lines(None, top.Selection(pod=("n", "p")), interval=2.5)  # 82 characters
+    assert cut == [
+        "procdelta top  pod n/p  by run delay  fi…t pass done, the first interval in 2.5s"
+    ]
+    stamp = 1.7e9
+    view = top.View({"interval_seconds": 15, "timestamp": stamp, "processes": []}, note="a note")
+    lines = head_lines(view, top.Selection(sort="on_cpu_nanos"), origin="http://x:1", live=True)
+    clock = time.strftime("%H:%M:%S", time.localtime(stamp))
+    assert lines[:4] == [
+        f"procdelta top  node  by on-CPU  interval 15.00s at {clock}",
+        "from http://x:1 (its passes; refreshed every 2s)",
+        "a note",
+        "q quits",
+    ]
+    unstamped = top.View({"interval_seconds": 1, "timestamp": "soon", "processes": []})
+    lines = head_lines(unstamped, top.Selection(cgroup="/x", sort="read_bytes"))
+    assert lines[0] == "procdelta top  cgroup /x  by read_bytes  interval 1.00s at --:--:--"
+    assert head_lines(top.View({"processes": []}), top.Selection())[0] == (
+        "procdelta top  node  by run delay  no interval yet"
+    )
+
+
+def test_a_process_row_shows_each_field_in_its_column():
+    """Numbers right-aligned under their heads, the name left-aligned, the wait's share
+    of the time runnable, a missing field `-`, the group last (node-wide only)."""
+    process = {"pid": 12, "comm": "sh", "threads": 3, "on_cpu_nanos": 2_000_000,
+               "run_delay_nanos": 6_000_000, "cpu_user_nanos": 1000, "cpu_system_nanos": None,
+               "group": {"cgroup": "/a"}}  # fmt: skip
+    view = top.View({"interval_seconds": 15, "timestamp": 1.7e9, "processes": [process]})
+    lines = plain(top.render(view, top.Selection(), 80))
+    assert lines[-2:] == [
+        "    PID COMM             THR ON-CPU RUN-DELAY WAIT%  USER   SYS GROUP           ",
+        "     12 sh                 3  2.0ms     6.0ms   75%   1µs     - /a              ",
+    ]
+    in_group = plain(top.render(view, top.Selection(cgroup="/a"), 80))
+    row = "     12 sh                 3  2.0ms     6.0ms   75%   1µs     -"
+    assert in_group[-1].rstrip() == row
+    unnamed = top.View({"processes": [{**process, "group": {"namespace": "n"}}]})
+    assert plain(top.render(unnamed, top.Selection(), 80))[-1].rstrip().endswith(" - ?")
+
+
+def test_no_more_rows_than_the_screen_holds():
+    processes = [{"pid": pid, "comm": "x", "group": {"cgroup": "/a"}} for pid in range(1, 6)]
+    view = top.View({"interval_seconds": 1, "processes": processes})
+    rows = plain(top.render(view, top.Selection(), 80, height=2))
+    assert [line.split()[0] for line in rows[-3:]] == ["PID", "1", "2"]
+    assert len(plain(top.render(view, top.Selection(), 80))) == len(rows) + 3
+
+
+def test_a_group_without_processes_and_threads_not_yet_read_say_so():
+    empty = top.View({"interval_seconds": 1, "processes": [], "groups": []})
+    lines = head_lines(empty, top.Selection(pod=("n", "p")))
+    assert "no process of pod n/p in this interval" in lines
+    first = top.View({"interval_seconds": 1, "processes": []}, threads=[])
+    lines = head_lines(first, top.Selection(cgroup="/x", threads=True))
+    assert lines[-1] == "threads: first reading; their deltas from the next interval"
+    row = top.ThreadRow(7, 8, "worker", 3_000_000, 1_000_000, 5, 6)
+    read = top.View({"interval_seconds": 1, "processes": []}, threads=[row], threads_interval_ns=1)
+    lines = head_lines(read, top.Selection(cgroup="/x", threads=True))
+    assert lines[-2:] == [
+        "    PID     TID THREAD          ON-CPU RUN-DELAY WAIT% VOL-CS INVOL-CS",
+        "      7       8 worker           3.0ms     1.0ms   25%      5        6",
+    ]
+
+
+def test_a_group_line_names_a_pod_its_qos_and_its_processes():
+    labels = {"namespace": "n", "pod": "p", "uid": "u", "qos": "burstable"}
+    group = {"group": labels, "processes": 12_345, "run_delay_nanos": 5, "cpu_periods": 10}
+    assert top.group_lines(group)[:2] == [
+        "pod n/p  burstable  12k processes with a delta",
+        "  cgroup CPU -  throttled -, -  CPU pressure -",
+    ]
+    assert top.group_lines({**group, "cpu_throttled_periods": 4, "run_delay_nanos": 0})[1] == (
+        "  cgroup CPU -  throttled 4/10 periods, -  CPU pressure -"
+    )
+    unsplit = top.group_lines({**group, "run_delay_nanos": 1_500_000})
+    assert unsplit[2] == "  run delay 1.5ms (no split by cause this interval)"
+    nothing = top.group_lines({**group, **dict.fromkeys(top.screen.KERNEL_CAUSES, 0)})
+    assert nothing[2:] == ["  run delay 5ns", "  wall wait 0"]
+    pressure_only = top.group_lines({"group": {"cgroup": "/x"}, "cpu_pressure_waiting_nanos": 0})
+    assert pressure_only[1] == "  cgroup CPU -  throttled -, -  CPU pressure 0"
 
 
 def big_view() -> top.View:
@@ -216,6 +342,103 @@ def test_threads_and_processes_are_cut_to_the_limit_ties_by_tid():
     view = top.View({})
     view.cut(top.Selection(limit=2))
     assert view.document == {"processes": []} and view.threads is None
+
+
+@pytest.mark.parametrize(
+    ("value", "pod"),
+    [("ns/p", ("ns", "p")), ("p", None), ("/p", None), ("ns/", None), ("a/b/c", None)],
+)
+def test_a_pod_is_its_namespace_and_name(value, pod):
+    assert top.parse_pod(value) == pod
+
+
+def test_a_selection_says_what_it_asks_for():
+    """Filters and scope by pod, cgroup or node; with --threads every process of the group
+    is asked for (their threads are all read), cut afterwards; threads sort by the sort
+    field where a thread has it, else by run delay."""
+    pod = top.Selection(pod=("n", "p"), sort="on_cpu_nanos", limit=3)
+    assert pod.filters == (("namespace", "n"), ("pod", "p")) and pod.scope == "pod n/p"
+    assert pod.query() == Query((("namespace", "n"), ("pod", "p")), "on_cpu_nanos", 3)
+    assert pod.thread_sort == "on_cpu_nanos"
+    threads = top.Selection(cgroup="/x", sort="read_bytes", limit=3, threads=True)
+    assert threads.filters == (("cgroup", "/x"),) and threads.scope == "cgroup /x"
+    assert threads.query() == Query((("cgroup", "/x"),), "read_bytes", None)
+    assert threads.thread_sort == "run_delay_nanos"
+    node = top.Selection()
+    assert node.filters == () and node.scope == "node"
+    assert node.query() == Query()
+
+
+def test_a_views_json_carries_its_threads_only_when_asked_for():
+    document = {"interval_seconds": 1.0, "processes": []}
+    assert top.View(dict(document)).as_json() == document
+    row = top.ThreadRow(1, 2, "t", 3, 4, 5, 6)
+    first = top.View(dict(document), threads=[row]).as_json()
+    assert first == {**document, "threads_interval_seconds": None, "threads": [row.as_dict()]}
+    later = top.View(dict(document), threads=[], threads_interval_ns=2_500_000_000).as_json()
+    assert later == {**document, "threads_interval_seconds": 2.5, "threads": []}
+
+
+class FakeSource:
+    """Views handed out in turn; `origin` as a server's."""
+
+    origin = "http://x:1"
+
+    def __init__(self, *documents):
+        self.documents = list(documents)
+
+    def fetch(self) -> top.View:
+        return top.View(self.documents.pop(0), pids={7: "x"})
+
+
+class FakeThreads:
+    """Reads: a row per PID asked for, the interval known from the second reading on."""
+
+    def __init__(self):
+        self.reads: list[list[int]] = []
+        self.interval_ns = None
+
+    def read(self, pids) -> list[top.ThreadRow]:
+        self.reads.append(list(pids))
+        self.interval_ns = None if len(self.reads) == 1 else 10**9
+        return [top.ThreadRow(pid, tid, "t", tid, 0, 0, 0) for pid in pids for tid in (1, 2)]
+
+
+def test_a_viewer_joins_the_threads_and_cuts_to_the_limit():
+    document = {"interval_seconds": 1, "processes": [{"pid": 7}, {"pid": 8}]}
+    selection = top.Selection(cgroup="/x", threads=True, sort="on_cpu_nanos", limit=1)
+    threads = FakeThreads()
+    viewer = top.Viewer(FakeSource({}, dict(document)), selection, threads)
+    assert viewer.origin == "http://x:1"
+    assert viewer.step() is None  # a first pass: the threads' first reading only
+    view = viewer.step()
+    assert threads.reads == [[7], [7]]
+    assert view.document["processes"] == [{"pid": 7}]
+    assert [r.tid for r in view.threads] == [2] and view.threads_interval_ns == 10**9
+
+
+def test_one_interval_is_one_answer_or_two_passes_an_interval_apart():
+    document = {"interval_seconds": 1, "processes": []}
+    slept: list[float] = []
+    served = top.Viewer(FakeSource(dict(document)), top.Selection())
+    assert top.one_interval(served, 3, slept.append).document == document and slept == []
+    threads = FakeThreads()
+    selection = top.Selection(cgroup="/x", threads=True, limit=1)
+    with_threads = top.Viewer(FakeSource(dict(document)), selection, threads)
+    view = top.one_interval(with_threads, 3, slept.append)
+    assert slept == [3] and threads.reads == [[7], [7]]
+    assert view.threads_interval_ns == 10**9 and [r.tid for r in view.threads] == [1]
+    own = top.Viewer(FakeSource({}, dict(document)), top.Selection())
+    assert top.one_interval(own, 2, slept.append).document == document and slept == [3, 2]
+    failed = top.Viewer(FakeSource({}, {}), top.Selection())
+    with pytest.raises(top.TopError, match="the pass over the proc filesystem failed"):
+        top.one_interval(failed, 2, slept.append)
+
+
+def test_printable_text_is_kept_as_it_is():
+    text = "web-0 ü"
+    assert top.printable(text) is text
+    assert top.printable("a\x1b[2Jb\tc") == "a?[2Jb?c"
 
 
 # --- the threads' guard, over a proc tree of plain files ----------------------------------
@@ -772,6 +995,182 @@ def test_plain_text_off_a_terminal_fits_80_columns(workloads):
     # this host has cgroup CPU pressure: why it waited, moment by moment, its limit first
     assert re.search(r"wall wait \S+: (9\d|100)% own limit \(throttled\) · \d+% own threads", pod)
     assert re.search(rf"^ *{workloads['throttled']} {LEADER} +2 ", pod, re.M)
+
+
+class Steps:
+    """A viewer whose steps hand out `views` in turn (an exception is raised), then raise
+    KeyboardInterrupt."""
+
+    origin = ""
+
+    def __init__(self, *views):
+        self.views = list(views)
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        if not self.views:
+            raise KeyboardInterrupt
+        view = self.views.pop(0)
+        if isinstance(view, Exception):
+            raise view
+        return view
+
+
+def one_process(pid: int) -> top.View:
+    process = {"pid": pid, "comm": "x", "group": {"cgroup": "/a"}}
+    return top.View({"interval_seconds": 1, "processes": [process]})
+
+
+def test_plain_text_is_a_block_per_interval_until_interrupted():
+    """Off a terminal: nothing for a first pass, then each interval's block, a blank line
+    between blocks, no trailing spaces; Ctrl-C ends it quietly."""
+    out = io.StringIO()
+    top.run_plain(Steps(None, one_process(11), one_process(22)), top.Selection(), 0, out)
+    text = out.getvalue()
+    assert text.startswith("procdelta top  node") and text.endswith(" /a\n")
+    blocks = text.split("\n\nprocdelta top  node")
+    assert len(blocks) == 2 and " 11 x " in blocks[0] and " 22 x " in blocks[1]
+    assert all(line == line.rstrip() for line in out.getvalue().splitlines())
+
+
+class FakeLive:
+    def __init__(self):
+        self.drawn: list[str] = []
+
+    def update(self, renderable, refresh: bool) -> None:
+        assert refresh
+        self.drawn.append("\n".join(line.rstrip() for line in plain(renderable)))
+
+
+@contextlib.contextmanager
+def live_pipes() -> Iterator[tuple[int, int, int, int]]:
+    """(keys' read end, its write end, resizes' read end, its write end)."""
+    keys, typed = os.pipe()
+    resized, resize = os.pipe2(os.O_NONBLOCK)
+    try:
+        yield keys, typed, resized, resize
+    finally:
+        for fd in (keys, typed, resized, resize):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def live_loop(viewer, interval: float, keys, resized) -> FakeLive:
+    live = FakeLive()
+    console = top.Console(width=80, height=24)
+    top.terminal._live_loop(live, console, viewer, top.Selection(), interval, keys, resized)
+    return live
+
+
+def test_the_live_loop_redraws_on_a_key_or_a_resize_and_quits_on_q():
+    with live_pipes() as (keys, typed, resized, resize):
+        os.write(resize, b".")
+        os.write(typed, b"x")
+        viewer = Steps(one_process(11))
+        live = FakeLive()
+        console = top.Console(width=80, height=24)
+        waiting = threading.Timer(0.5, os.write, (typed, b"Q"))
+        waiting.start()
+        try:
+            top.terminal._live_loop(live, console, viewer, top.Selection(), 60, keys, resized)
+        finally:
+            waiting.cancel()
+        # drawn once, again for the resize and the key (ready together), not refreshed
+        assert viewer.steps == 1 and len(live.drawn) == 2
+        assert all(" 11 x " in screen and "q quits" in screen for screen in live.drawn)
+        with pytest.raises(BlockingIOError):  # the resize read, not left to wake it again
+            os.read(resized, 64)
+
+
+def test_the_live_loop_refreshes_every_interval_and_keeps_the_last_view_on_a_failure():
+    with live_pipes() as (keys, _typed, resized, _resize):
+        viewer = Steps(one_process(11), top.TopError("gone"), None, one_process(22))
+        with pytest.raises(KeyboardInterrupt):  # the viewer's end, after its views
+            live_loop(viewer, 0.01, keys, resized)
+        assert viewer.steps == 5
+    with live_pipes() as (_, _typed, resized, _resize):
+        viewer = Steps(one_process(11), top.TopError("gone"), None, one_process(22))
+        live = FakeLive()
+        console = top.Console(width=80, height=24)
+        with pytest.raises(KeyboardInterrupt):
+            top.terminal._live_loop(live, console, viewer, top.Selection(), 0.01, None, resized)
+        assert [" 11 x " in s for s in live.drawn] == [True, True, True, False]
+        assert "refresh failed: gone" in live.drawn[1] and "refresh failed" in live.drawn[2]
+        assert " 22 x " in live.drawn[3]
+
+
+def test_the_live_loop_goes_on_refreshing_after_its_input_ends():
+    with live_pipes() as (keys, typed, resized, _resize):
+        os.close(typed)
+        viewer = Steps(one_process(11), one_process(22))
+        with pytest.raises(KeyboardInterrupt):
+            live_loop(viewer, 0.01, keys, resized)
+        assert viewer.steps == 3
+
+
+def test_a_first_view_that_fails_ends_the_live_loop_with_its_error():
+    with live_pipes() as (keys, _, resized, _), pytest.raises(top.TopError, match="refused"):
+        live_loop(Steps(top.TopError("refused")), 60, keys, resized)
+
+
+def test_the_live_screen_off_a_terminal_ends_quietly_on_ctrl_c(capsys):
+    """Without a terminal on stdin no cbreak mode is set; Ctrl-C (the viewer's end) gives
+    the screen back without a traceback."""
+    viewer = Steps(one_process(11))
+    top.run_live(viewer, top.Selection(), 0.01)
+    assert viewer.steps == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_sigterm_and_sighup_stop_the_screen_and_their_handlers_come_back():
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    for signum in before:
+        with pytest.raises(top.terminal._Stop), top.terminal._signals_stop():
+            os.kill(os.getpid(), signum)
+            time.sleep(1)
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_resize_writes_a_byte_to_wait_on_and_the_handler_comes_back():
+    before = signal.getsignal(signal.SIGWINCH)
+    with top.terminal._resizes() as resized:
+        os.kill(os.getpid(), signal.SIGWINCH)
+        os.kill(os.getpid(), signal.SIGWINCH)
+        assert os.read(resized, 64) == b".."
+    assert signal.getsignal(signal.SIGWINCH) == before
+    with pytest.raises(OSError):
+        os.fstat(resized)
+
+
+def test_logs_wait_while_the_screen_is_taken_the_last_50_kept():
+    root = logging.getLogger()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    root.addHandler(keep)
+    try:
+        with top.terminal._logs_held():
+            for n in range(60):
+                logging.getLogger("collector.test").warning("line %d", n)
+            assert seen == []
+        assert seen == [f"line {n}" for n in range(10, 60)]
+        assert keep in root.handlers
+    finally:
+        root.removeHandler(keep)
+
+
+def test_json_is_one_indented_document():
+    out = io.StringIO()
+    top.print_json(top.View({"processes": []}, threads=[]), out)
+    assert (
+        out.getvalue()
+        == json.dumps({"processes": [], "threads_interval_seconds": None, "threads": []}, indent=2)
+        + "\n"
+    )
 
 
 # --- the live screen in a pseudo-terminal ------------------------------------------------
