@@ -4,6 +4,7 @@ attributes come back)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import io
@@ -14,6 +15,7 @@ import re
 import select
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+import collector
 from collector import top
 from collector.exporter import PassLoop, make_server
 from collector.processes import Query
@@ -611,6 +614,193 @@ def hostile(answer) -> Iterator[tuple[int, list[bytes]]]:
 
 def top_from(port: int, *args: str) -> subprocess.CompletedProcess:
     return procdelta("top", "--from", f"http://127.0.0.1:{port}", "--format", "json", *args)
+
+
+def fetched(port: int, scheme: str = "http", **remote) -> str:
+    """The one line a RemoteSource's fetch from 127.0.0.1:`port` fails with."""
+    source = top.RemoteSource(top.Remote(f"{scheme}://127.0.0.1:{port}", **remote), top.Selection())
+    with pytest.raises(top.TopError) as raised:
+        source.fetch()
+    return str(raised.value)
+
+
+def answering(status: bytes, body: bytes = b""):
+    def answer(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "remote", "said"),
+    [
+        (b"401 Unauthorized", b"", {}, "401 Unauthorized: the server wants basic auth; give "
+         "--from.username and --from.password-file"),
+        (b"401 Unauthorized", b"", {"username": "bob"}, "401 Unauthorized: the server refused "
+         "user 'bob' (check --from.username and --from.password-file)"),
+        (b"404 Not Found", b"", {}, "404 Not Found: no /processes there (a procdelta serve "
+         "started with --no-web.processes, or not procdelta; --from takes the server's base URL)"),
+        (b"301 Moved", b"", {}, "301: the server redirects, which procdelta serve never does; "
+         "not followed (--from takes the server's own base URL)"),
+        (b"399 Odd", b"", {}, "399: the server redirects, which procdelta serve never does; "
+         "not followed (--from takes the server's own base URL)"),
+        (b"400 Odd", b"\n", {}, "400 Odd"),
+        (b"503 Busy", b"too many\x1b[2J\nsecond line", {}, "503 too many?[2J"),
+        (b"500 Oops", b"x" * 300, {}, "500 " + "x" * 200),
+    ],
+)  # fmt: skip
+def test_a_refusal_is_said_in_one_line_of_what_to_do(status, body, remote, said):
+    with hostile(answering(status, body)) as (port, _):
+        line = fetched(port, **remote)
+    assert line.startswith(f"--from http://127.0.0.1:{port}: {said}"), line
+    assert "second line" not in line and line.endswith(said[-10:])
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ({"processes": []}, None),
+        ({"processes": [], "groups": None}, "no list of processes and groups"),
+        ({"processes": [], "interval_seconds": None}, None),
+        ({"processes": [], "interval_seconds": 2}, None),
+        ({"processes": [], "interval_seconds": True}, "interval_seconds is not a number"),
+        ({"processes": [], "interval_seconds": float("inf")}, "interval_seconds is not a number"),
+        ({"processes": [{"pid": 0, "comm": "x", "group": {}, "on_cpu_nanos": None}]}, None),
+        ({"processes": [{"pid": True, "comm": "x", "group": {}}]}, "processes[0] has no pid"),
+        ({"processes": [{"pid": -1, "comm": "x", "group": {}}]}, "processes[0] has no pid"),
+        ({"processes": [{"pid": 1, "comm": 5, "group": {}}]}, "processes[0] has no pid and comm"),
+        ({"processes": [{"pid": 1, "comm": "x", "group": {1: "a"}}]}, "processes[0].group"),
+        ({"processes": [{"pid": 1, "comm": "x", "group": []}]}, "processes[0].group"),
+        ({"processes": [{"pid": 1, "comm": "x", "group": {}, "x\x1b" + "y" * 50: 1.5}]},
+         "processes[0].x?" + "y" * 38 + " is not a count"),
+        ({"processes": [], "groups": [{"group": {"cgroup": "/"}, "pid": "no"}]},
+         "groups[0].pid is not a count"),
+        ({"processes": [], "groups": [{"group": {"cgroup": "/"}, "processes": 3}, 4]},
+         "groups[1] is not an object"),
+    ],
+)  # fmt: skip
+def test_the_shape_of_an_answer_is_checked_field_by_field(document, problem):
+    said = top.remote._misshapen(document)
+    if problem is None:  # and an answer without groups has an empty list of them
+        assert said is None and isinstance(document["groups"], list)
+    else:
+        assert said is not None and said.startswith(problem), said
+
+
+@contextlib.contextmanager
+def plain_http() -> Iterator[int]:
+    """A server on 127.0.0.1 that answers a plain HTTP 400 as soon as a client connects,
+    before reading anything (a TLS handshake sent to it, say); its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            sock, _ = server.accept()
+            with sock:
+                sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        thread.join(10)
+
+
+def test_what_a_server_sends_that_is_not_a_procdelta_answer_is_named():
+    with hostile(answering(b"200 OK", b"{not json")) as (port, _):
+        assert fetched(port).endswith(": not a procdelta /processes answer (not a JSON object)")
+    with hostile(lambda sock, port: sock.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")) as (port, _):
+        assert fetched(port).startswith(f"--from http://127.0.0.1:{port}: not an HTTP answer: ")
+    with hostile(lambda sock, port: None) as (port, _):  # closed without a word
+        assert fetched(port).endswith(": the connection was closed before an answer (is it https?)")
+    with plain_http() as port:  # TLS to plain http
+        assert fetched(port, "https").endswith(": TLS: wrong version number (is it plain http?)")
+    port = free_port()
+    assert fetched(port) == f"--from http://127.0.0.1:{port}: cannot connect: Connection refused"
+
+
+def test_the_request_says_who_asks_and_with_what(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("pa:ss\n")
+    with hostile(answering(b"200 OK", b'{"processes": []}')) as (port, heads):
+        remote = top.Remote(f"127.0.0.1:{port}/", username="al", password_file=str(secret))
+        selection = top.Selection(cgroup="/x", sort="on_cpu_nanos", limit=None)
+        source = top.RemoteSource(remote, selection)
+        assert source.origin == f"http://127.0.0.1:{port}"
+        view = source.fetch()
+    assert view.document == {"processes": [], "groups": []} and view.pids == {}
+    head = heads[0].decode()
+    assert head.startswith("GET /processes?cgroup=%2Fx&sort=on_cpu_nanos&limit=0 HTTP/1.1\r\n")
+    token = base64.b64encode(b"al:pa:ss").decode()
+    assert f"\r\nAuthorization: Basic {token}\r\n" in head
+    assert "\r\nAccept: application/json\r\n" in head
+    assert f"\r\nUser-Agent: procdelta-top/{collector.__version__}\r\n" in head
+    anonymous = top.RemoteSource(top.Remote("http://h"), top.Selection())
+    assert "Authorization" not in anonymous.headers and anonymous.origin == "http://h"
+    no_password = top.RemoteSource(top.Remote("http://h", username="al"), top.Selection())
+    assert no_password.headers["Authorization"] == "Basic " + base64.b64encode(b"al:").decode()
+    assert no_password.context is None
+
+
+@pytest.mark.parametrize(
+    ("remote", "said"),
+    [
+        ({"key_file": "k"}, "--from.key-file needs --from.cert-file"),
+        ({"password_file": "p"}, "--from.password-file needs --from.username"),
+        ({"username": "u", "password_file": "/nonexistent/p"},
+         "--from.password-file /nonexistent/p: No such file or directory"),
+    ],
+)  # fmt: skip
+def test_credentials_that_cannot_be_used_are_one_line(remote, said):
+    with pytest.raises(top.BadValue) as raised:
+        top.RemoteSource(top.Remote("http://h", **remote), top.Selection())
+    assert str(raised.value) == said
+
+
+def test_the_client_tls_trusts_what_it_is_told(pki, tmp_path):
+    https = top.Remote("https://h", ca_file=str(pki / "ca.crt"))
+    context = top.RemoteSource(https, top.Selection()).context
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    insecure = top.remote.tls_context(top.Remote("https://h", insecure_skip_verify=True))
+    assert insecure.verify_mode == ssl.CERT_NONE and not insecure.check_hostname
+    top.remote.tls_context(top.Remote("https://h", cert_file=str(pki / "client.crt"),
+                                      key_file=str(pki / "client.key")))  # fmt: skip
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    for remote, said in (
+        (top.Remote("https://h", ca_file=str(tmp_path / "none")),
+         f"--from.ca-file {tmp_path / 'none'}: No such file or directory"),
+        (top.Remote("https://h", cert_file=str(garbage)), f"--from.cert-file {garbage}: "),
+        (top.Remote("https://h", cert_file=str(pki / "client.crt"), key_file=str(pki / "ca.key")),
+         f"--from.cert-file {pki / 'client.crt'}: key values mismatch"),
+    ):  # fmt: skip
+        with pytest.raises(top.BadValue) as raised:
+            top.remote.tls_context(remote)
+        assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
+        assert said.endswith(": ") or str(raised.value) == said
+
+
+@pytest.mark.parametrize(
+    ("url", "asked"),
+    [
+        ("h:1", "http://h:1/processes?a=b"),
+        ("https://h", "https://h/processes?a=b"),
+        ("http://h:1/x/", "http://h:1/x/processes?a=b"),
+        ("http://h:1/processes", "http://h:1/processes?a=b"),
+        ("http://h:1/processes/?old=1", "http://h:1/processes?a=b"),
+    ],
+)
+def test_the_processes_url_of_a_base_url(url, asked):
+    assert top.processes_url(url, {"a": "b"}) == asked
+
+
+@pytest.mark.parametrize("url", ["ftp://h", "http://", "h:port", "http://[::1", "https:///x"])
+def test_a_url_that_is_no_server_is_refused(url):
+    with pytest.raises(top.BadValue, match="want http://HOST:PORT or https://HOST:PORT"):
+        top.processes_url(url, {})
 
 
 def test_a_redirect_is_not_followed_with_the_credentials(tmp_path):
