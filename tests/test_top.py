@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import fcntl
 import io
 import json
@@ -32,7 +33,7 @@ import pytest
 import collector
 from collector import top
 from collector.exporter import PassLoop, make_server
-from collector.processes import Query
+from collector.processes import ProcessTable, Query
 from collector.procfs import ProcFS
 from tests.cgroups import Workload, cgroup, cgroups, weighed
 from tests.fixturetree import PASS1
@@ -525,6 +526,50 @@ def test_threads_are_read_only_where_the_served_pids_name_this_nodes_processes(t
         assert "\n" not in message
         assert "http://node-a:9101" in message and str(tmp_path) in message
         assert f"({alike} of {len(served)} with the same name here)" in message
+
+
+class FirstPassEngine(CountingEngine):
+    """A counting engine whose first pass has no interval yet, and whose passes keep two
+    processes of /g0 and one of /g1 for the view."""
+
+    def run_pass(self):
+        result = super().run_pass()
+        groups = {10: self.groups[0], 11: self.groups[0], 12: self.groups[1]}
+        table = ProcessTable(group_of_pid=groups)
+        interval = None if self.passes == 1 else result.interval_ns
+        return dataclasses.replace(result, interval_ns=interval, processes=table)
+
+
+def test_tops_own_passes_give_the_groups_pids_then_its_document():
+    """A first pass has no interval: an empty view, with the group's PIDs for --threads'
+    first reading; later passes give the processes view's document."""
+    selection = top.Selection(cgroup="/g0", threads=True)
+    source = top.LocalSource(FirstPassEngine(groups=2), selection)
+    assert source.origin == ""
+    first = source.fetch()
+    assert first.document == {} and first.pids == {10: "", 11: ""}
+    second = source.fetch()
+    assert second.pids == {10: "", 11: ""}
+    assert second.document["interval_seconds"] == 1e-9
+    assert [g["group"] for g in second.document["groups"]] == [{"cgroup": "/g0"}]
+    assert "cgroup_cpu_nanos" in second.document["groups"][0]
+    without = top.LocalSource(FirstPassEngine(groups=2), top.Selection(cgroup="/g0"), False)
+    without.fetch()
+    view = without.fetch()
+    assert view.pids == {} and "cgroup_cpu_nanos" not in view.document["groups"][0]
+
+
+def test_threads_from_a_server_are_read_for_the_served_pids_alike_here(tmp_path):
+    for pid, comm in ((10, "main"), (11, "worker")):
+        write_process(tmp_path, pid, comm)
+    rows = [{"pid": pid, "comm": comm, "group": {}} for pid, comm in
+            ((10, "main"), (11, "worker"), (99, "gone"))]  # fmt: skip
+    body = json.dumps({"processes": rows}).encode()
+    with hostile(answering(b"200 OK", body)) as (port, _):
+        selection = top.Selection(cgroup="/x", threads=True)
+        remote = top.Remote(f"http://127.0.0.1:{port}")
+        view = top.RemoteSource(remote, selection, ProcFS(str(tmp_path))).fetch()
+    assert view.pids == {10: "main", 11: "worker"}
 
 
 def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
