@@ -674,6 +674,26 @@ def test_a_broken_file_is_read_once_and_logged_once_until_it_changes(tmp_path, c
     assert web.current().authorized(auth("bob", "b"))
 
 
+
+def test_a_file_that_cannot_be_looked_at_in_a_new_way_is_read_again(tmp_path, caplog):
+    """A missing file, then one that cannot be looked at for another reason (a symbolic
+    link to itself): each is a change, read and said in the log once."""
+    clock = Clock()
+    config = users_config(tmp_path, alice="a")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    caplog.set_level("INFO", logger="procdelta")
+    config.unlink()
+    clock.now += 1
+    good = web.current()
+    config.symlink_to(config.name)  # stat(): too many levels of symbolic links
+    for _ in range(2):
+        clock.now += 1
+        assert web.current() is good
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert "No such file or directory" in said[0]
+    assert "symbolic links" in said[1]
+
 def test_the_file_is_looked_at_once_a_second_and_reread_only_when_changed(tmp_path, monkeypatch):
     """A change is taken at the first look a second or more after the last one, the
     first a second after the file was loaded; a file unchanged since it was loaded, or
