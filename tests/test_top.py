@@ -150,6 +150,14 @@ def test_no_more_rows_than_the_screen_holds():
     assert len(plain(top.render(view, top.Selection(), 80))) == len(rows) + 3
 
 
+def test_the_group_column_takes_the_rest_of_the_width_and_at_least_8():
+    processes = [{"pid": 1, "comm": "x", "group": {"cgroup": "/a-long-cgroup-name-here"}}]
+    view = top.View({"interval_seconds": 1, "processes": processes})
+    assert plain(top.render(view, top.Selection(), 80))[-1].endswith(" - /a-long-…me-here")
+    for narrow in (40, 70):  # the fixed columns take 63
+        assert plain(top.render(view, top.Selection(), narrow))[-1].endswith(" - /a-l…ere")
+
+
 def test_a_group_without_processes_and_threads_not_yet_read_say_so():
     empty = top.View({"interval_seconds": 1, "processes": [], "groups": []})
     lines = head_lines(empty, top.Selection(pod=("n", "p")))
@@ -674,6 +682,16 @@ def answering(status: bytes, body: bytes = b""):
         sock.sendall(b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body)
 
     return answer
+
+
+def test_an_answer_over_the_cap_is_refused_in_process(monkeypatch):
+    monkeypatch.setattr(top.remote, "MAX_ANSWER_BYTES", 1 << 20)
+    body = b'{"processes": []}'.ljust((1 << 20) + 1)
+    with hostile(answering(b"200 OK", body)) as (port, _):
+        assert fetched(port).endswith(": an answer over 1 MiB is no procdelta /processes answer")
+    with hostile(answering(b"200 OK", body[: 1 << 20])) as (port, _):  # at the cap: taken
+        source = top.RemoteSource(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
+        assert source.fetch().document == {"processes": [], "groups": []}
 
 
 @pytest.mark.parametrize(
