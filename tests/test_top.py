@@ -808,6 +808,66 @@ def test_the_request_says_who_asks_and_with_what(tmp_path):
     assert no_password.context is None
 
 
+@contextlib.contextmanager
+def tls_server(pki: Path, client_ca: bool = False) -> Iterator[int]:
+    """A TLS server on 127.0.0.1 with the test CA's certificate (asking for a client
+    certificate the CA signed, where `client_ca`), answering one request `{"processes":
+    []}`; its port."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki / "server.crt", pki / "server.key")
+    if client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(pki / "ca.crt")
+    server = socket.create_server(("127.0.0.1", 0))
+    body = b'{"processes": []}'
+
+    def serve() -> None:
+        while True:
+            try:
+                sock, _ = server.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError), sock:
+                sock.settimeout(5)
+                with context.wrap_socket(sock, server_side=True) as tls:
+                    tls.recv(65536)
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+                    tls.sendall(body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        thread.join(10)
+
+
+def test_a_tls_failure_says_what_to_give(pki):
+    """An untrusted server names --from.ca-file; one that wants a client certificate
+    names --from.cert-file; with them, the answer comes through."""
+    with tls_server(pki) as port:
+        said = fetched(port, "https")
+        assert said == (
+            f"--from https://127.0.0.1:{port}: TLS: unable to get local issuer certificate "
+            "(give --from.ca-file, or --from.insecure-skip-verify)"
+        )
+        trusted = top.Remote(f"https://127.0.0.1:{port}", ca_file=str(pki / "ca.crt"))
+        assert top.RemoteSource(trusted, top.Selection()).fetch().document["processes"] == []
+    with tls_server(pki, client_ca=True) as port:
+        said = fetched(port, "https", ca_file=str(pki / "ca.crt"))
+        assert said.startswith(f"--from https://127.0.0.1:{port}: TLS: ")
+        assert said.endswith(
+            " (does it want a client certificate? --from.cert-file, --from.key-file)"
+        )
+        certified = top.Remote(f"https://127.0.0.1:{port}", ca_file=str(pki / "ca.crt"),
+                               cert_file=str(pki / "client.crt"),
+                               key_file=str(pki / "client.key"))  # fmt: skip
+        assert top.RemoteSource(certified, top.Selection()).fetch().document["processes"] == []
+
+
 @pytest.mark.parametrize(
     ("remote", "said"),
     [
