@@ -795,8 +795,8 @@ def test_the_workload_rules_are_evaluated_on_an_interval_of_their_own(value, int
     """The pod -> workload map, the costliest rule and one that changes only as pods come
     and go, and the workload ratios that read it, have a group of their own evaluated
     every prometheusRule.workloadInterval (empty: the Prometheus' interval, as every other
-    group); the map first, so that the ratios read the map of the same evaluation."""
-    values = {"prometheusRule": {"enabled": True}}
+    group here); the map first, so that the ratios read the map of the same evaluation."""
+    values = {"prometheusRule": {"enabled": True, "podInterval": ""}}
     if value is not None:
         values["prometheusRule"]["workloadInterval"] = value
     groups = only(render(values), "PrometheusRule")["spec"]["groups"]
@@ -812,6 +812,57 @@ def test_the_workload_rules_are_evaluated_on_an_interval_of_their_own(value, int
     )
     with pytest.raises(Exception, match="workloadInterval"):
         render({"prometheusRule": {"enabled": True, "workloadInterval": "a minute"}})
+
+
+FINDING_ALERT_VALUES = (
+    "nodeCPUSaturated",
+    "workloadCPUStarved",
+    "podCPUStarved",
+    "podCPUThrottled",
+    "podCPUOwnThreads",
+    "workloadCPUThrottled",
+)
+POD_FINDING_ALERTS = {
+    "ProcdeltaNodeCPUSaturated",
+    "ProcdeltaWorkloadCPUStarved",
+    "ProcdeltaPodCPUStarved",
+    "ProcdeltaPodCPUThrottled",
+    "ProcdeltaPodCPUOwnThreads",
+    "ProcdeltaWorkloadCPUThrottled",
+}
+
+
+@pytest.mark.parametrize(("value", "interval"), [(None, "1m"), ("2m", "2m"), ("", None)])
+def test_the_pod_rules_and_their_alerts_are_evaluated_on_an_interval_of_their_own(value, interval):
+    """The per-pod records (5-minute rates) and the alerts on the findings (15 minutes) are
+    evaluated every prometheusRule.podInterval (empty: the Prometheus' interval); the
+    alerts on procdelta itself, a stalled pass among them, keep the Prometheus' interval."""
+    values = {"prometheusRule": {"enabled": True, "workloadInterval": ""}}
+    if value is not None:
+        values["prometheusRule"]["podInterval"] = value
+    groups = {g["name"]: g for g in only(render(values), "PrometheusRule")["spec"]["groups"]}
+    assert {name: g.get("interval") for name, g in groups.items()} == {
+        "procdelta.pod.rules": interval,
+        "procdelta.workload.rules": None,
+        "procdelta.node.rules": None,
+        "procdelta.alerts": interval,
+        "procdelta.collector.alerts": None,
+    }
+    alerts = {name: {r["alert"] for r in g["rules"] if "alert" in r} for name, g in groups.items()}
+    assert alerts["procdelta.alerts"] == POD_FINDING_ALERTS
+    assert "ProcdeltaPassesStalled" in alerts["procdelta.collector.alerts"]
+    assert not alerts["procdelta.collector.alerts"] & POD_FINDING_ALERTS
+    with pytest.raises(Exception, match="podInterval"):
+        render({"prometheusRule": {"enabled": True, "podInterval": "a minute"}})
+    # every alert on the findings off: no group without rules (the CRD wants a list)
+    off = {alert: {"enabled": False} for alert in FINDING_ALERT_VALUES}
+    rule = only(render({"prometheusRule": {"enabled": True, "alerts": off}}), "PrometheusRule")
+    assert [g["name"] for g in rule["spec"]["groups"]] == [
+        "procdelta.pod.rules",
+        "procdelta.workload.rules",
+        "procdelta.node.rules",
+        "procdelta.collector.alerts",
+    ]
 
 
 def test_pod_alerts_fire_without_the_workload_map(tmp_path):
