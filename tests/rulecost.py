@@ -14,13 +14,16 @@ and `instance`, and a `cluster` label on every target.
 For each rule file, Debian's `prometheus` (the binary on PATH) is started on loopback
 with a fresh TSDB, a short scrape and evaluation interval and that file, left to fill its
 rate windows (`--warmup`), and then read, evaluation after evaluation, from its own
-metrics: `prometheus_rule_group_last_duration_seconds` (each group's evaluation time),
+metrics only: `prometheus_rule_group_last_duration_seconds` (each group's evaluation time),
 `prometheus_rule_group_last_evaluation_samples` (the samples each group writes),
-`prometheus_tsdb_head_series`, and the CPU the server used meanwhile; the rules API for
-each rule's own evaluation time and health (a rule that fails costs nothing: its file's
-result would be void, so the run says so). Rule files given together are run
-alternately, round after round, on the same pages; medians over the evaluations of
-every round, and the ratio of each round's totals to the first file's of the same round.
+`prometheus_tsdb_head_series`, and the CPU the server used meanwhile (a run without rules,
+`--baseline`, is read the same way); after that span, the rules API for each rule's own
+evaluation time and health (a rule that fails costs nothing: its file's result would be
+void, so the run says so). The rules API is not read during the span: it renders every
+active alert at each call, a cost of the reading that would be counted as the rules'.
+Rule files given together are run alternately, round after round, on the same pages;
+medians over the evaluations of every round, and the ratio of each round's totals to the
+first file's of the same round.
 
     python -m tests.rulecost --nodes 20 --pods 110 \\
         --rules before=/tmp/rules-before.yml --rules after=deploy/prometheus/procdelta.rules.yml
@@ -604,57 +607,35 @@ def prometheus(rules: Path | None, fleet: Fleet, port: int, args):
         shutil.rmtree(directory, ignore_errors=True)
 
 
+POLL_SECONDS = 1.0
+"""How often Prometheus' own /metrics is read while its CPU is measured, in every run
+alike (the baseline's too): a group's evaluation is seen within a second of it."""
+
+
 def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Run:
     """One run: Prometheus with the rules, left `args.warmup` seconds to fill its rate
-    windows, then read until every group has made `args.evaluations` evaluations (without
-    rules: as long as that takes, for the CPU that scraping alone costs)."""
+    windows, then its CPU measured while every group makes `args.evaluations` evaluations
+    (at least the span of that many global ones; without rules, the span), with nothing
+    asked of it meanwhile but its own /metrics once a second. The rules API, which renders
+    every active alert's labels and texts at each call (a cost of the reading, growing
+    with the alerts and with the time between evaluations), is read before the span (the
+    groups' intervals) and after it (each rule's own time, over one more evaluation of
+    every group)."""
     run = Run(label)
     with prometheus(rules, fleet, port, args) as url:
         since = time.time() + args.warmup
         time.sleep(args.warmup)
-        cpu_start = (time.time(), read_metrics(url)["process_cpu_seconds_total"][""])
-        if rules is None:
-            time.sleep(args.evaluations * args.evaluation_interval)
-        seen: dict[str, float] = {}
-        rule_seen: dict[tuple[str, str], str] = {}
-        deadline = time.time() + args.evaluations * args.evaluation_interval * 3 + 30
-        groups: set[str] = set()  # every group Prometheus loaded, evaluated yet or not
-        span = args.evaluations * args.evaluation_interval
-
-        def wanted(group: str) -> int:
-            """The group's evaluations in the span: every one at the global interval, those
-            that fit at a longer interval of its own, at least one."""
-            return max(1, round(args.evaluations * run.shares.get(group, 1.0)))
-
-        while rules and (not groups or time.time() - cpu_start[0] < span
-                         or any(len(run.durations[g]) < wanted(g) for g in groups)):  # fmt: skip
-            if time.time() > deadline:
-                raise RuntimeError(f"{label}: a group evaluated fewer times than the span holds")
-            time.sleep(0.5)
-            metrics = read_metrics(url)
-            stamps = metrics["prometheus_rule_group_last_evaluation_timestamp_seconds"]
-            groups |= set(stamps)
-            for group, stamp in stamps.items():
-                if stamp > since and seen.get(group) != stamp:
-                    seen[group] = stamp
-                    duration = metrics["prometheus_rule_group_last_duration_seconds"][group]
-                    run.durations[group].append(duration)
-                    run.samples[group] = metrics["prometheus_rule_group_last_evaluation_samples"][
-                        group
-                    ]
+        if rules is not None:
             for group in json.loads(_get(f"{url}/api/v1/rules"))["data"]["groups"]:
                 run.shares[group["name"]] = min(1.0, args.evaluation_interval / group["interval"])
-                for index, rule in enumerate(group["rules"]):
-                    key = (group["name"], f"{index:02d} {rule['name']}")
-                    if rule.get("health") == "err":
-                        run.failures.append(f"{key[1]}: {rule.get('lastError')}")
-                    if rule_seen.get(key) != rule["lastEvaluation"]:
-                        rule_seen[key] = rule["lastEvaluation"]
-                        if stamps.get(group["name"], 0) > since:
-                            run.rules[key].append(rule["evaluationTime"])
+        cpu_start = (time.time(), read_metrics(url)["process_cpu_seconds_total"][""])
+        _watch_groups(url, run, args, since, cpu_start[0])
         metrics = read_metrics(url)
         elapsed = time.time() - cpu_start[0]
         run.cpu_cores = (metrics["process_cpu_seconds_total"][""] - cpu_start[1]) / elapsed
+        if rules is not None:
+            _time_rules(url, run, args)
+        metrics = read_metrics(url)
         run.head_series = metrics["prometheus_tsdb_head_series"][""]
         run.missed = sum(metrics["prometheus_rule_group_iterations_missed_total"].values())
         failed = sum(metrics["prometheus_rule_evaluation_failures_total"].values())
@@ -669,6 +650,57 @@ def measure(label: str, rules: Path | None, fleet: Fleet, port: int, args) -> Ru
         }
     run.failures = sorted(set(run.failures))
     return run
+
+
+def _watch_groups(url: str, run: Run, args, since: float, started: float) -> None:
+    """Read /metrics every POLL_SECONDS for the span, and on until every group has made
+    its evaluations in it (those that fit at a longer interval of its own, at least one):
+    each evaluation's duration and samples written."""
+    span = args.evaluations * args.evaluation_interval
+    deadline = started + span * 3 + 30
+    seen: dict[str, float] = {}
+
+    def wanted(group: str) -> int:
+        return max(1, round(args.evaluations * run.shares.get(group, 1.0)))
+
+    while time.time() - started < span or any(
+        len(run.durations[g]) < wanted(g) for g in run.shares
+    ):
+        if time.time() > deadline:
+            raise RuntimeError(f"{run.label}: a group evaluated fewer times than the span holds")
+        time.sleep(POLL_SECONDS)
+        metrics = read_metrics(url)
+        stamps = metrics["prometheus_rule_group_last_evaluation_timestamp_seconds"]
+        for group, stamp in stamps.items():
+            if stamp > since and seen.get(group) != stamp:
+                seen[group] = stamp
+                run.durations[group].append(
+                    metrics["prometheus_rule_group_last_duration_seconds"][group]
+                )
+                run.samples[group] = metrics["prometheus_rule_group_last_evaluation_samples"][group]
+
+
+def _time_rules(url: str, run: Run, args) -> None:
+    """Each rule's own evaluation time and health from the rules API, read every half
+    second until every group has been evaluated once more (after the CPU's span)."""
+    longest = max(args.evaluation_interval / share for share in run.shares.values())
+    deadline = time.time() + longest * 1.5 + 30
+    first: dict[str, str] = {}
+    done: set[str] = set()
+    while len(done) < len(run.shares) and time.time() < deadline:
+        for group in json.loads(_get(f"{url}/api/v1/rules"))["data"]["groups"]:
+            name = group["name"]
+            stamp = group.get("lastEvaluation", "")
+            if name in done or first.setdefault(name, stamp) == stamp:
+                continue
+            done.add(name)
+            for index, rule in enumerate(group["rules"]):
+                if rule.get("health") == "err":
+                    run.failures.append(f"{rule['name']}: {rule.get('lastError')}")
+                run.rules[(name, f"{index:02d} {rule['name']}")].append(rule["evaluationTime"])
+        time.sleep(0.5)
+    if len(done) < len(run.shares):
+        raise RuntimeError(f"{run.label}: a group was not evaluated again in time")
 
 
 def _scalar(result: list[dict]) -> float:
