@@ -152,6 +152,7 @@ OTHER_TOOLS_FLAGS = {
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
     "--baseline",  # python -m tests.rulecost
+    "--evaluation-interval",  # python -m tests.rulecost
     "--nodes",  # python -m tests.rulecost
     "--pods",  # python -m tests.rulecost
     "--rules",  # python -m tests.rulecost

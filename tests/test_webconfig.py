@@ -674,7 +674,6 @@ def test_a_broken_file_is_read_once_and_logged_once_until_it_changes(tmp_path, c
     assert web.current().authorized(auth("bob", "b"))
 
 
-
 def test_a_file_that_cannot_be_looked_at_in_a_new_way_is_read_again(tmp_path, caplog):
     """A missing file, then one that cannot be looked at for another reason (a symbolic
     link to itself): each is a change, read and said in the log once."""
@@ -693,6 +692,7 @@ def test_a_file_that_cannot_be_looked_at_in_a_new_way_is_read_again(tmp_path, ca
     assert len(said) == 2, said
     assert "No such file or directory" in said[0]
     assert "symbolic links" in said[1]
+
 
 def test_the_file_is_looked_at_once_a_second_and_reread_only_when_changed(tmp_path, monkeypatch):
     """A change is taken at the first look a second or more after the last one, the
