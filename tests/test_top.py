@@ -1369,8 +1369,9 @@ def live_pipes() -> Iterator[tuple[int, int, int, int]]:
                 os.close(fd)
 
 
-def live_loop(viewer, interval: float, keys, resized) -> FakeLive:
-    live = FakeLive()
+def live_loop(viewer, interval: float, keys, resized, live: FakeLive | None = None) -> FakeLive:
+    """The live loop on an 80-by-24 console, drawing into `live` (a new one by default)."""
+    live = live if live is not None else FakeLive()
     console = top.Console(width=80, height=24)
     top.terminal._live_loop(live, console, viewer, top.Selection(), interval, keys, resized)
     return live
@@ -1381,12 +1382,10 @@ def test_the_live_loop_redraws_on_a_key_or_a_resize_and_quits_on_q():
         os.write(resize, b".")
         os.write(typed, b"x")
         viewer = Steps(one_process(11))
-        live = FakeLive()
-        console = top.Console(width=80, height=24)
         waiting = threading.Timer(0.5, os.write, (typed, b"Q"))
         waiting.start()
         try:
-            top.terminal._live_loop(live, console, viewer, top.Selection(), 60, keys, resized)
+            live = live_loop(viewer, 60, keys, resized)
         finally:
             waiting.cancel()
         # drawn once, again for the resize and the key (ready together), not refreshed
@@ -1405,9 +1404,8 @@ def test_the_live_loop_refreshes_every_interval_and_keeps_the_last_view_on_a_fai
     with live_pipes() as (_, _typed, resized, _resize):
         viewer = Steps(one_process(11), top.TopError("gone"), None, one_process(22))
         live = FakeLive()
-        console = top.Console(width=80, height=24)
         with pytest.raises(KeyboardInterrupt):
-            top.terminal._live_loop(live, console, viewer, top.Selection(), 0.01, None, resized)
+            live_loop(viewer, 0.01, None, resized, live)
         assert [" 11 x " in s for s in live.drawn] == [True, True, True, False]
         assert "refresh failed: gone" in live.drawn[1] and "refresh failed" in live.drawn[2]
         assert " 22 x " in live.drawn[3]
