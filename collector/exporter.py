@@ -37,11 +37,13 @@ from collector.exposition import (
     gzip_member,
 )
 from collector.groups import Group
-from collector.listener import Deferred, Limits, Listener, Request, Response, accepted, plain
+from collector.http11 import Request, Response, accepted, plain
+from collector.listener import Deferred, Limits, Listener
 from collector.model import CgroupFields, Fields
 from collector.output import counted
 from collector.privileges import refused_reads
 from collector.processes import STORAGE_FIELDS, PassView, Query, QueryError
+from collector.tls import Server as TLSServer
 from collector.webconfig import WebConfig, WebConfigFile
 
 log = logging.getLogger(__name__)
@@ -344,10 +346,11 @@ STORAGE_REFUSED = (
 )
 
 
-class MetricsServer(Listener):
-    """Serves the current snapshot on `collector.listener`'s bounded HTTP/1.1 listener:
+class MetricsServer:
+    """Serves the current snapshot on a `collector.listener.Listener` (bounded HTTP/1.1):
     `telemetry_path`, `/healthz`, `/processes` (unless `processes` is off) and the
-    landing page, every one under basic auth."""
+    landing page, every one under basic auth. Its routes are its own; the listener, its
+    `listener`, holds the connections and their bounds."""
 
     def __init__(
         self,
@@ -383,9 +386,22 @@ class MetricsServer(Listener):
         except OSError:
             sock.close()
             raise
-        super().__init__(sock, self.handle, self.web.current().tls, limits)
+        self.listener = Listener(sock, self.handle, self.tls, limits)
 
-    def tls_server(self):
+    @property
+    def server_address(self) -> tuple:
+        return self.listener.server_address
+
+    def serve_forever(self) -> None:
+        self.listener.serve_forever()
+
+    def shutdown(self) -> None:
+        self.listener.shutdown()
+
+    def server_close(self) -> None:
+        self.listener.server_close()
+
+    def tls(self) -> TLSServer | None:
         """The TLS of a new connection: the web configuration's in force."""
         return self.web.current().tls
 
@@ -433,7 +449,7 @@ class MetricsServer(Listener):
         if not storage_bytes and query.sort in STORAGE_FIELDS:
             return plain(403, STORAGE_REFUSED.format(sort=query.sort))
         if not self.views_budget.take():
-            self.refusals.refused(request.client, "GET /processes: 503: views a second")
+            self.listener.refusals.refused(request.client, "GET /processes: 503: views a second")
             return Response(
                 503,
                 f"too many views a second (at most {VIEWS_PER_SECOND}); try again later\n".encode(),

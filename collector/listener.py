@@ -18,7 +18,10 @@ What a client can hold, whatever it does:
 - at most `max_connections` connections are open: a new one closes the one that has
   waited longest for a request (a flood evicts itself, not a scraper mid-request);
 - a request line and headers are at most `MAX_HEAD_BYTES`; a request with a body is
-  refused (413), as is anything that is not GET or HEAD (405);
+  refused (413), as is anything that is not GET or HEAD (405): `collector.http11` finds
+  and parses the heads, this module does the I/O;
+- the counts behind these bounds are kept by one `Admission`, which a connection asks
+  before it answers;
 - nothing a client sends raises out of a callback: a malformed request is answered 400
   and its connection closed; a TLS failure is logged at debug level.
 
@@ -35,20 +38,17 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
-import re
 import resource
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from collector import tls as tlslib
+from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response, plain, read_request
 
 log = logging.getLogger(__name__)
-
-MAX_HEAD_BYTES = 64 * 1024
-"""A request line and headers longer than this are refused (431)."""
 
 HEADER_TIMEOUT = 10.0
 IDLE_TIMEOUT = 120.0
@@ -59,59 +59,6 @@ MAX_GATES = 64
 """Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
 MAX_ASIDE = 4
 """Answers made aside (`Deferred(aside=True)`: views) waiting or being made at once."""
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-    505: "HTTP Version Not Supported",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    target: str
-    headers: dict[str, str]  # lower-case names; a repeated header's values joined by ", "
-    client: str
-
-    @property
-    def path(self) -> str:
-        return self.target.split("?", 1)[0]
-
-    @property
-    def query(self) -> str:
-        return self.target.partition("?")[2]
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: tuple[tuple[str, str], ...] = ()
-
-    def head(self, close: bool) -> bytes:
-        lines = [
-            f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Unknown')}",
-            f"Content-Type: {self.content_type}",
-            f"Content-Length: {len(self.body)}",
-            # a browser never reads an answer as another type than it says (an error's
-            # text naming what the client sent as HTML, say)
-            "X-Content-Type-Options: nosniff",
-        ]
-        lines.extend(f"{name}: {value}" for name, value in self.headers)
-        if close:
-            lines.append("Connection: close")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class Deferred:
@@ -139,10 +86,6 @@ class Deferred:
 
 
 Handler = Callable[[Request], "Response | Deferred"]
-
-
-def plain(status: int, text: str) -> Response:
-    return Response(status, (text + "\n").encode())
 
 
 class RefusalLog:
@@ -189,13 +132,88 @@ class Limits:
     write_timeout: float = WRITE_TIMEOUT
 
 
-@dataclass
-class _Counts:
-    in_flight: int = 0
-    gates: int = 0  # gates (`Deferred`) waiting or running
-    aside: int = 0  # answers made aside (views) waiting or being made
-    connections: int = 0
-    waiting: collections.OrderedDict = field(default_factory=collections.OrderedDict)
+_GATE, _ASIDE, _REQUEST = "gate", "aside", "request"
+"""The places a request's answer takes (`Admission.enter`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnedAway:
+    """An answer refused its place: the log line's reason, and the client's 503 text."""
+
+    reason: str
+    text: str
+
+
+class Admission:
+    """Every bound on what clients hold at once, counted in one place (the event loop's
+    thread alone touches it): the connections open, and which of them has waited longest
+    for a request; the answers in flight (`--web.max-requests`); the basic auth checks
+    waiting (gates); the views made aside. The connections act on what it answers."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.in_flight = 0  # answers holding a --web.max-requests place
+        self.gates = 0  # gates (`Deferred`) waiting or running
+        self.aside = 0  # answers made aside (views) waiting or being made
+        self.connections = 0
+        self.waiting: collections.OrderedDict[_Connection, None] = collections.OrderedDict()
+
+    def connected(self) -> _Connection | None:
+        """A connection opened: the one to evict for it, over `max_connections` (the one
+        waiting longest for a request: a flood evicts itself, not a scraper mid-request)."""
+        self.connections += 1
+        if self.connections > self.limits.max_connections and self.waiting:
+            oldest, _ = self.waiting.popitem(last=False)
+            return oldest
+        return None
+
+    def disconnected(self, connection: _Connection) -> None:
+        self.connections -= 1
+        self.waiting.pop(connection, None)
+
+    def waits(self, connection: _Connection) -> None:
+        """`connection` waits for a request, now the newest to."""
+        self.waiting.pop(connection, None)
+        self.waiting[connection] = None
+
+    def stops_waiting(self, connection: _Connection) -> None:
+        self.waiting.pop(connection, None)
+
+    def enter(self, answer: Response | Deferred) -> str | TurnedAway:
+        """The place `answer` takes: a gate or a view made aside outside
+        --web.max-requests, each within its own bound; any other within it. Or why it is
+        turned away (503)."""
+        if isinstance(answer, Deferred) and answer.gate:
+            if self.gates >= (self.limits.max_requests or MAX_GATES):
+                return TurnedAway("503: too many checks waiting", self._too_many())
+            self.gates += 1
+            return _GATE
+        if isinstance(answer, Deferred) and answer.aside:
+            if self.aside >= MAX_ASIDE:
+                return TurnedAway(
+                    "503: too many views waiting",
+                    f"too many views at once ({MAX_ASIDE}); try again later",
+                )
+            self.aside += 1
+            return _ASIDE
+        if 0 < self.limits.max_requests <= self.in_flight:
+            return TurnedAway("503: --web.max-requests reached", self._too_many())
+        self.in_flight += 1
+        return _REQUEST
+
+    def leave(self, place: str) -> None:
+        if place == _GATE:
+            self.gates -= 1
+        elif place == _ASIDE:
+            self.aside -= 1
+        else:
+            self.in_flight -= 1
+
+    def _too_many(self) -> str:
+        return (
+            f"too many requests at once (--web.max-requests {self.limits.max_requests}); "
+            "try again later"
+        )
 
 
 class _Connection(asyncio.Protocol):
@@ -203,13 +221,14 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, listener: Listener):
         self.listener = listener
+        self.admission = listener.admission
         self.loop = listener.loop
         self.transport: asyncio.Transport | None = None
         self.tls: tlslib.Session | None = None
-        self.buffer = bytearray()
-        self.scanned = 0  # the buffer holds no head's end before this offset
+        self.buffer = Heads()
         self.client = "?"
         self.busy = False  # a request is being answered
+        self.reading = False  # `_next_request` is taking the buffered requests
         self.closing = False
         self.eof = False  # the client sent its last byte
         self.paused = False  # reading paused: a request is answered and more is buffered
@@ -225,12 +244,10 @@ class _Connection(asyncio.Protocol):
         self.client = str(peer[0]) if peer else "?"
         transport.set_write_buffer_limits(high=256 * 1024)
         listener = self.listener
-        counts = listener.counts
-        counts.connections += 1
-        if counts.connections > listener.limits.max_connections and counts.waiting:
-            oldest, _ = counts.waiting.popitem(last=False)
-            oldest.abort("evicted: too many connections")
-        tls = listener.tls_server()
+        evicted = self.admission.connected()
+        if evicted is not None:
+            evicted.abort("evicted: too many connections")
+        tls = listener.tls()
         if tls is not None:
             self.tls = tls.session()
         self._wait(listener.limits.header_timeout, "no whole request in time")
@@ -246,7 +263,7 @@ class _Connection(asyncio.Protocol):
                 if not self.buffer and not self.busy and self.timer_reason == "idle":
                     # the first byte of the next request: its head has a deadline of its own
                     self._wait(self.listener.limits.header_timeout, "no whole request in time")
-                self.buffer += data
+                self.buffer.add(data)
                 if self.busy and len(self.buffer) > MAX_HEAD_BYTES and not self.paused:
                     self.paused = True  # pipelined requests wait, up to one head's size
                     self.transport.pause_reading()
@@ -271,9 +288,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self._cancel_timer()
-        counts = self.listener.counts
-        counts.connections -= 1
-        counts.waiting.pop(self, None)
+        self.admission.disconnected(self)
         self.listener.connections.discard(self)
         if self.drained is not None and not self.drained.done():
             self.drained.set_result(False)
@@ -289,133 +304,79 @@ class _Connection(asyncio.Protocol):
     # -- requests -------------------------------------------------------------------------
 
     def _next_request(self) -> None:
-        """Answer the requests buffered, one at a time, while they are answered at once."""
-        while not self.busy and not self.closing:
-            request = self._take_request()
-            if request is None:
-                return
-            self._start(*request)
+        """Answer the requests buffered, one at a time, while they are answered at once
+        (an answer written from within this loop returns to it: no recursion)."""
+        if self.reading:
+            return
+        self.reading = True
+        try:
+            while not self.busy and not self.closing:
+                request = self._take_request()
+                if request is None:
+                    return
+                self._start(*request)
+        finally:
+            self.reading = False
 
     def _take_request(self) -> tuple[Request, bool] | None:
         """The next whole request of the buffer, and whether the connection closes after
         it; None when there is none yet (or it was refused, and the connection closed)."""
-        if self.buffer[:1] in (b"\r", b"\n"):  # empty lines before a request (RFC 9112 §2.2)
-            del self.buffer[: len(self.buffer) - len(self.buffer.lstrip(b"\r\n"))]
-            self.scanned = 0
-        end = self.buffer.find(b"\r\n\r\n", self.scanned)
-        if _bare_lf(self.buffer, self.scanned, len(self.buffer) if end < 0 else end):
-            # a line ended by LF alone: refused at once, not left to the head's deadline
-            self._refuse(400, "a line of the request head ends without CR")
+        head = self.buffer.take()
+        if head is None:
             return None
-        if end < 0:
-            # a head trickled in a byte at a time is scanned once, not once per byte
-            self.scanned = max(0, len(self.buffer) - 3)
-            if len(self.buffer) > MAX_HEAD_BYTES:
-                self._refuse(431, "request head too large")
-            return None
-        if end > MAX_HEAD_BYTES:
-            self._refuse(431, "request head too large")
-            return None
-        head = bytes(self.buffer[:end])
-        del self.buffer[: end + 4]
-        self.scanned = 0
-        parsed = _parse_head(head, self.client)
+        parsed = head if isinstance(head, Response) else read_request(head, self.client)
         if isinstance(parsed, Response):
-            self._refuse(parsed.status, parsed.body.decode().strip(), parsed)
+            self._refuse(parsed)
             return None
-        request, version = parsed
-        problem = _refused_shape(request)
-        if problem is not None:
-            self._refuse(problem.status, problem.body.decode().strip(), problem)
-            return None
-        connection = request.headers.get("connection", "").lower()
-        # a list of tokens (RFC 9110 §7.6.1): `close` among them, not inside one
-        return request, version == "HTTP/1.0" or "close" in map(str.strip, connection.split(","))
+        return parsed
 
     def _start(self, request: Request, close: bool) -> None:
-        listener = self.listener
-        listener.counts.waiting.pop(self, None)
+        self.admission.stops_waiting(self)
         self._cancel_timer()
         self.busy = True
         try:
-            answer = listener.handler(request)
+            answer = self.listener.handler(request)
         except Exception as error:
             answer = _failed(request, error, self.listener.failures)
-        self._dispatch(request, close, answer, proceed=False)
+        self._answer(request, close, answer)
 
-    def _dispatch(
-        self, request: Request, close: bool, answer: Response | Deferred, proceed: bool
-    ) -> None:
-        """A gate or an answer made aside waits outside --web.max-requests, within its own
-        bound; anything else is admitted."""
-        if not (isinstance(answer, Deferred) and (answer.gate or answer.aside)):
-            self._admit(request, close, answer, proceed)
-            return
-        counts = self.listener.counts
-        if answer.gate:
-            if counts.gates >= (self.listener.limits.max_requests or MAX_GATES):
-                self._turn_away(request, "503: too many checks waiting")
-                return
-            counts.gates += 1
-        else:
-            if counts.aside >= MAX_ASIDE:
-                self._turn_away(request, "503: too many views waiting", views=True)
-                return
-            counts.aside += 1
-        self.loop.create_task(self._gated(request, close, answer))
-
-    def _admit(self, request: Request, close: bool, answer: Response | Deferred, proceed: bool):
-        """Answer within --web.max-requests, or 503."""
-        listener = self.listener
-        if 0 < listener.limits.max_requests <= listener.counts.in_flight:
-            self._turn_away(request, "503: --web.max-requests reached")
-            return
-        listener.counts.in_flight += 1
-        if isinstance(answer, Deferred):
-            self.loop.create_task(self._deferred(request, close, answer))
+    def _answer(self, request: Request, close: bool, answer: Response | Deferred) -> None:
+        """`answer` in its place (`Admission.enter`), or the client turned away: written at
+        once, or made in a worker thread first."""
+        place = self.admission.enter(answer)
+        if isinstance(place, TurnedAway):
+            self._turn_away(request, place)
+        elif isinstance(answer, Deferred):
+            self.loop.create_task(self._made(request, close, answer, place))
         elif self._respond(request, close, answer):
-            self._finish(close, proceed=proceed)
+            self._finish(close)
 
-    def _turn_away(self, request: Request, reason: str, views: bool = False) -> None:
-        listener = self.listener
+    def _turn_away(self, request: Request, turned: TurnedAway) -> None:
         self.busy = False
-        listener.refusals.refused(self.client, reason)
-        text = (
-            f"too many views at once ({MAX_ASIDE}); try again later"
-            if views
-            else f"too many requests at once (--web.max-requests "
-            f"{listener.limits.max_requests}); try again later"
-        )
-        self._send(  # and close: nothing is read from a client turned away
-            plain(503, text), send_body=request.method == "GET", close=True
-        )
+        self.listener.refusals.refused(self.client, turned.reason)
+        # and close: nothing is read from a client turned away
+        self._send(plain(503, turned.text), send_body=request.method == "GET", close=True)
 
-    async def _gated(self, request: Request, close: bool, deferred: Deferred) -> None:
-        """A gate in the checks' thread, or an answer made aside in the views' thread; then
-        what it answered, dispatched (a gate passed may answer with a view)."""
+    async def _made(self, request: Request, close: bool, deferred: Deferred, place: str):
+        """A deferred answer made in its worker thread (a gate in the checks' thread, any
+        other in the views'), then written; a gate's or a view's place is left once it is
+        made, and what it answered takes the next (a gate passed may answer with a view)."""
         listener = self.listener
         executor = listener.slow if deferred.gate else listener.views
         try:
             answer = await self.loop.run_in_executor(executor, deferred.work)
         except Exception as error:
-            answer = _failed(request, error, self.listener.failures)
+            answer = _failed(request, error, listener.failures)
         finally:
-            if deferred.gate:
-                listener.counts.gates -= 1
-            else:
-                listener.counts.aside -= 1
-        if self.closing:
+            if place != _REQUEST:
+                self.admission.leave(place)
+        if place == _REQUEST:
+            if self._respond(request, close, answer):
+                self._finish(close)
+        elif self.closing:
             self.busy = False
-            return
-        self._dispatch(request, close, answer, proceed=True)
-
-    async def _deferred(self, request: Request, close: bool, deferred: Deferred) -> None:
-        try:
-            answer = await self.loop.run_in_executor(self.listener.views, deferred.work)
-        except Exception as error:
-            answer = _failed(request, error, self.listener.failures)
-        if self._respond(request, close, answer):
-            self._finish(close, proceed=True)
+        else:
+            self._answer(request, close, answer)
 
     def _respond(self, request: Request, close: bool, answer: Response) -> bool:
         """Write the answer; True if it is taken already (else `_finish` follows when it is)."""
@@ -448,15 +409,15 @@ class _Connection(asyncio.Protocol):
         assert self.drained is not None
         if await self.drained:
             self._cancel_timer()
-            self._finish(close, proceed=True)
+            self._finish(close)
         else:
             self._done()
 
     def _done(self) -> None:
-        self.listener.counts.in_flight -= 1
+        self.admission.leave(_REQUEST)
         self.busy = False
 
-    def _finish(self, close: bool, proceed: bool) -> None:
+    def _finish(self, close: bool) -> None:
         """The response is taken: wait for the next request, or close."""
         self._done()
         if self.closing:
@@ -470,8 +431,7 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         if self.buffer:
             self._wait(self.listener.limits.header_timeout, "no whole request in time")
-            if proceed:
-                self._next_request()
+            self._next_request()
 
     def _send(self, response: Response, send_body: bool, close: bool) -> None:
         self._write(response.head(close))
@@ -480,9 +440,9 @@ class _Connection(asyncio.Protocol):
         if close:
             self.close()
 
-    def _refuse(self, status: int, reason: str, response: Response | None = None) -> None:
-        self.listener.refusals.refused(self.client, f"{status}: {reason}")
-        self._send(response or plain(status, reason), send_body=True, close=True)
+    def _refuse(self, response: Response) -> None:
+        self.listener.refusals.refused(self.client, f"{response.status}: {response.reason}")
+        self._send(response, send_body=True, close=True)
 
     # -- bytes out, timers, closing ----------------------------------------------------
 
@@ -507,9 +467,7 @@ class _Connection(asyncio.Protocol):
         self.timer_reason = reason
         self.timer = self.loop.call_later(seconds, self._expired, reason)
         if not self.busy:
-            waiting = self.listener.counts.waiting
-            waiting.pop(self, None)
-            waiting[self] = None
+            self.admission.waits(self)
 
     def _cancel_timer(self) -> None:
         if self.timer is not None:
@@ -530,7 +488,7 @@ class _Connection(asyncio.Protocol):
                 self.transport.write(self.tls.close())
             self.closing = True
             self._cancel_timer()
-            self.listener.counts.waiting.pop(self, None)
+            self.admission.stops_waiting(self)
             if self.transport.get_write_buffer_size():
                 self.timer = self.loop.call_later(
                     self.listener.limits.write_timeout, self._expired, "response not taken"
@@ -545,16 +503,6 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _bare_lf(buffer: bytearray, start: int, end: int) -> bool:
-    """Whether an LF not preceded by CR lies in buffer[start:end]."""
-    at = buffer.find(b"\n", start, end)
-    while at >= 0:
-        if at == 0 or buffer[at - 1] != 0x0D:
-            return True
-        at = buffer.find(b"\n", at + 1, end)
-    return False
-
-
 def _failed(request: Request, error: Exception, failures: RefusalLog) -> Response:
     """A handler's failure: logged as a refusal is, one line every 10 s at most, so that
     a client who found a way to make one cannot fill the log."""
@@ -562,90 +510,20 @@ def _failed(request: Request, error: Exception, failures: RefusalLog) -> Respons
     return plain(500, "internal error")
 
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""A header field's name (RFC 9110 §5.1, §5.6.2)."""
-_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
-"""RFC 9110 §12.4.2."""
-
-
-def accepted(header: str | None, token: str, wildcard: str | None = "*") -> bool:
-    """Whether a list of tokens with weights (Accept-Encoding, Accept; RFC 9110 §12.4.2)
-    accepts `token` (lower case): listed with a weight above 0 (`gzip;q=0` refuses it), or
-    not listed while `wildcard` is, with a weight above 0. A malformed weight is 0."""
-    if not header:
-        return False
-    star = False
-    for part in header.split(","):
-        name, *params = part.split(";")
-        name = name.strip().lower()
-        weight = True
-        for param in params:
-            key, _, value = param.strip().partition("=")
-            if key.strip().lower() == "q":
-                value = value.strip()
-                weight = bool(_QVALUE.fullmatch(value)) and float(value) > 0
-        if name == token:
-            return weight
-        if wildcard is not None and name == wildcard:
-            star = weight
-    return star
-
-
-def _parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
-    try:
-        text = head.decode("latin-1")
-        line, *fields = text.split("\r\n")
-        method, target, version = line.split(" ")
-    except ValueError:
-        return plain(400, "malformed request line")
-    if any(c in text.replace("\r\n", "") for c in "\r\n\x00"):
-        # a bare CR or LF a proxy in front may read as a line's end (RFC 9112 §2.2), a NUL
-        return plain(400, "bare CR, LF or NUL in the request head")
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        if version.startswith("HTTP/"):
-            return plain(505, "HTTP/1.1 or HTTP/1.0 only")
-        return plain(400, "malformed request line")
-    if not target.startswith("/") or not method.isalpha():
-        return plain(400, "malformed request line")
-    headers: dict[str, str] = {}
-    for entry in fields:
-        name, colon, value = entry.partition(":")
-        # a name is a token: no space before the colon (RFC 9112 §5.1), no control
-        # characters, no separators; a line folded onto the last (obs-fold) is none
-        if not colon or not _TOKEN.fullmatch(name):
-            return plain(400, "malformed header")
-        key = name.lower()
-        value = value.strip(" \t")
-        if key in headers:
-            if key in ("authorization", "content-length", "host"):
-                return plain(400, f"{name} given twice")
-            headers[key] += ", " + value
-        else:
-            headers[key] = value
-    if version == "HTTP/1.1" and "host" not in headers:
-        return plain(400, "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)")
-    return Request(method, target, headers, client), version
-
-
-def _refused_shape(request: Request) -> Response | None:
-    """What this server never answers: a body, a method other than GET and HEAD."""
-    if "transfer-encoding" in request.headers or request.headers.get(
-        "content-length", "0"
-    ).strip() not in ("0", ""):
-        return plain(413, "a request body is not accepted")
-    if request.method not in ("GET", "HEAD"):
-        return Response(405, b"GET or HEAD only\n", headers=(("Allow", "GET, HEAD"),))
+def _no_tls() -> None:
     return None
 
 
 class Listener:
-    """Serves `handler` on a bound socket, from `serve_forever`'s thread, until `shutdown`."""
+    """Serves `handler` on a bound socket, from `serve_forever`'s thread, until `shutdown`;
+    `tls` gives the TLS a new connection is served with (or None: plain HTTP), asked at
+    each connection, so that a reloaded web configuration's certificate serves the next."""
 
     def __init__(
         self,
         sock: socket.socket,
         handler: Handler,
-        tls: tlslib.Server | None = None,
+        tls: Callable[[], tlslib.Server | None] = _no_tls,
         limits: Limits | None = None,
     ):
         self.socket = sock
@@ -656,7 +534,7 @@ class Listener:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft != resource.RLIM_INFINITY:
             self.limits.max_connections = min(self.limits.max_connections, max(16, soft - 64))
-        self.counts = _Counts()
+        self.admission = Admission(self.limits)
         self.connections: set[_Connection] = set()
         self.refusals = RefusalLog()
         self.failures = RefusalLog()
@@ -674,10 +552,6 @@ class Listener:
     @property
     def server_address(self) -> tuple:
         return self.socket.getsockname()
-
-    def tls_server(self) -> tlslib.Server | None:
-        """The TLS a new connection is served with (a subclass may change it over time)."""
-        return self.tls
 
     def _protocol(self) -> _Connection:
         connection = _Connection(self)

@@ -102,6 +102,7 @@ AGGREGATE = "collector/aggregate.py"
 GROUPS = "collector/groups.py"
 CGROUPNS = "collector/cgroupns.py"
 LISTENER = "collector/listener.py"
+HTTP11 = "collector/http11.py"
 EXPORTER = "collector/exporter.py"
 WEBCONFIG = "collector/webconfig.py"
 WAITS = "collector/waits.py"
@@ -707,7 +708,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/max-requests-dropped", LISTENER,
-        "if 0 < listener.limits.max_requests <= listener.counts.in_flight:",
+        "if 0 < self.limits.max_requests <= self.in_flight:",
         "if False:",
         "no bound on the requests answered at once: no 503",
     )  # fmt: skip
@@ -719,14 +720,14 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/eviction-dropped", LISTENER,
-        "if counts.connections > listener.limits.max_connections and counts.waiting:",
+        "if self.connections > self.limits.max_connections and self.waiting:",
         "if False:",
         "a flood holds as many connections as the open files limit allows",
     )  # fmt: skip
     yield m(
-        "listener/unterminated-head-buffered", LISTENER,
-        "            if len(self.buffer) > MAX_HEAD_BYTES:\n                self._refuse(431",
-        "            if False:\n                self._refuse(431",
+        "http11/unterminated-head-buffered", HTTP11,
+        "            if len(data) > MAX_HEAD_BYTES:\n                return plain(431",
+        "            if False:\n                return plain(431",
         "a head with no end is buffered on until its deadline: gigabytes in 10 s",
     )  # fmt: skip
     yield m(
@@ -737,7 +738,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/gates-unbounded", LISTENER,
-        "if counts.gates >= (self.listener.limits.max_requests or MAX_GATES):",
+        "if self.gates >= (self.limits.max_requests or MAX_GATES):",
         "if False:",
         "clients without the password queue bcrypt checks without bound",
     )  # fmt: skip
@@ -900,7 +901,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/views-unbounded", LISTENER,
-        "            if counts.aside >= MAX_ASIDE:",
+        "            if self.aside >= MAX_ASIDE:",
         "            if False:",
         "a flood of /processes queues views without bound behind the one views thread",
     )  # fmt: skip

@@ -673,7 +673,8 @@ def test_a_burst_of_views_never_turns_scrapes_away(monkeypatch):
             for view in views:
                 view.start()
             assert started.acquire(timeout=10)  # the first is being made, the rest wait
-            wait_until(lambda: server.counts.aside == MAX_ASIDE, 10, "every view waiting")
+            admission = server.listener.admission
+            wait_until(lambda: admission.aside == MAX_ASIDE, 10, "every view waiting")
             status, _, body = request(port, "/processes")
             assert status == 503 and b"too many views" in body
             assert request(port, "/metrics")[0] == 200

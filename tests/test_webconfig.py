@@ -478,7 +478,8 @@ def test_refused_credentials_do_not_take_the_places_of_scrapes(tmp_path, monkeyp
         ]
         for attacker in attackers:
             attacker.start()
-        wait_until(lambda: server.counts.connections >= 2, 10, "two refused clients waiting")
+        admission = server.listener.admission
+        wait_until(lambda: admission.connections >= 2, 10, "two refused clients waiting")
         time.sleep(0.2)  # their checks queued
         assert get(port, None, "alice") == 200
     finally:

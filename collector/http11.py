@@ -1,0 +1,232 @@
+"""HTTP/1.1 as this server speaks it (RFC 9112, RFC 9110), with no socket: the request
+heads found in a connection's bytes, each parsed into a `Request` or refused with the
+`Response` that says why, and an answer's head. Pure: `collector.listener` does the I/O.
+
+A server that serves two GET routes needs little of HTTP, and every part of it strictly:
+a request is a head with no body (RFC 9112 §6.3: none without Content-Length or
+Transfer-Encoding); its lines end in CRLF, a bare LF refused at once rather than left to
+the head's deadline; a header's name is a token, with no space before its colon (§5.1, a
+smuggling vector through a proxy that reads it otherwise); `Host` once, required of
+HTTP/1.1 (§3.2). h11 parses the same and more (bodies, chunks, the client's side), and
+needs its own loop around it for what this server bounds (docs/design.md, "The listener").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_HEAD_BYTES = 64 * 1024
+"""A request line and headers longer than this are refused (431)."""
+
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    target: str
+    headers: dict[str, str]  # lower-case names; a repeated header's values joined by ", "
+    client: str
+
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+    @property
+    def query(self) -> str:
+        return self.target.partition("?")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def head(self, close: bool) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status} {REASONS.get(self.status, 'Unknown')}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            # a browser never reads an answer as another type than it says (an error's
+            # text naming what the client sent as HTML, say)
+            "X-Content-Type-Options: nosniff",
+        ]
+        lines.extend(f"{name}: {value}" for name, value in self.headers)
+        if close:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    @property
+    def reason(self) -> str:
+        """A refusal's text, for the log line naming the client."""
+        return self.body.decode().strip()
+
+
+def plain(status: int, text: str) -> Response:
+    return Response(status, (text + "\n").encode())
+
+
+class Heads:
+    """The bytes a connection has received, and the request heads in them, taken one at a
+    time in order (a client may pipeline several)."""
+
+    __slots__ = ("data", "scanned")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.scanned = 0  # no head's end lies before this offset
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def add(self, data: bytes) -> None:
+        self.data += data
+
+    def take(self) -> bytes | Response | None:
+        """The next whole head (taken out of the bytes with the empty line ending it); or
+        the answer refusing the bytes (a line ended by LF alone, a head too large); or
+        None while no head is whole yet."""
+        data = self.data
+        if data[:1] in (b"\r", b"\n"):  # empty lines before a request (RFC 9112 §2.2)
+            del data[: len(data) - len(data.lstrip(b"\r\n"))]
+            self.scanned = 0
+        end = data.find(b"\r\n\r\n", self.scanned)
+        if _bare_lf(data, self.scanned, len(data) if end < 0 else end):
+            # refused at once, not left to the head's deadline
+            return plain(400, "a line of the request head ends without CR")
+        if end < 0:
+            # a head trickled in a byte at a time is scanned once, not once per byte
+            self.scanned = max(0, len(data) - 3)
+            if len(data) > MAX_HEAD_BYTES:
+                return plain(431, "request head too large")
+            return None
+        if end > MAX_HEAD_BYTES:
+            return plain(431, "request head too large")
+        head = bytes(data[:end])
+        del data[: end + 4]
+        self.scanned = 0
+        return head
+
+
+def _bare_lf(buffer: bytearray, start: int, end: int) -> bool:
+    """Whether an LF not preceded by CR lies in buffer[start:end]."""
+    at = buffer.find(b"\n", start, end)
+    while at >= 0:
+        if at == 0 or buffer[at - 1] != 0x0D:
+            return True
+        at = buffer.find(b"\n", at + 1, end)
+    return False
+
+
+def read_request(head: bytes, client: str) -> tuple[Request, bool] | Response:
+    """A whole head's request, and whether the connection closes after its answer; or the
+    answer refusing it (400, 405, 413, 505)."""
+    parsed = parse_head(head, client)
+    if isinstance(parsed, Response):
+        return parsed
+    request, version = parsed
+    refused = refused_shape(request)
+    if refused is not None:
+        return refused
+    close = version == "HTTP/1.0" or has_token(request.headers.get("connection"), "close")
+    return request, close
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header field's name (RFC 9110 §5.1, §5.6.2)."""
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
+"""RFC 9110 §12.4.2."""
+
+
+def parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
+    """The request a head (without its empty line) holds, and its version; or a 400 (a
+    malformed line, header or `Host`) or 505."""
+    try:
+        text = head.decode("latin-1")
+        line, *fields = text.split("\r\n")
+        method, target, version = line.split(" ")
+    except ValueError:
+        return plain(400, "malformed request line")
+    if any(c in text.replace("\r\n", "") for c in "\r\n\x00"):
+        # a bare CR or LF a proxy in front may read as a line's end (RFC 9112 §2.2), a NUL
+        return plain(400, "bare CR, LF or NUL in the request head")
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        if version.startswith("HTTP/"):
+            return plain(505, "HTTP/1.1 or HTTP/1.0 only")
+        return plain(400, "malformed request line")
+    if not target.startswith("/") or not method.isalpha():
+        return plain(400, "malformed request line")
+    headers: dict[str, str] = {}
+    for entry in fields:
+        name, colon, value = entry.partition(":")
+        # a name is a token: no space before the colon (RFC 9112 §5.1), no control
+        # characters, no separators; a line folded onto the last (obs-fold) is none
+        if not colon or not _TOKEN.fullmatch(name):
+            return plain(400, "malformed header")
+        key = name.lower()
+        value = value.strip(" \t")
+        if key in headers:
+            if key in ("authorization", "content-length", "host"):
+                return plain(400, f"{name} given twice")
+            headers[key] += ", " + value
+        else:
+            headers[key] = value
+    if version == "HTTP/1.1" and "host" not in headers:
+        return plain(400, "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)")
+    return Request(method, target, headers, client), version
+
+
+def refused_shape(request: Request) -> Response | None:
+    """What this server never answers: a body, a method other than GET and HEAD."""
+    if "transfer-encoding" in request.headers or request.headers.get(
+        "content-length", "0"
+    ).strip() not in ("0", ""):
+        return plain(413, "a request body is not accepted")
+    if request.method not in ("GET", "HEAD"):
+        return Response(405, b"GET or HEAD only\n", headers=(("Allow", "GET, HEAD"),))
+    return None
+
+
+def has_token(header: str | None, token: str) -> bool:
+    """Whether a header that is a list of tokens (Connection; RFC 9110 §7.6.1) lists
+    `token` (lower case): among them, not inside one."""
+    return bool(header) and token in (part.strip().lower() for part in header.split(","))
+
+
+def accepted(header: str | None, token: str, wildcard: str | None = "*") -> bool:
+    """Whether a list of tokens with weights (Accept-Encoding, Accept; RFC 9110 §12.4.2)
+    accepts `token` (lower case): listed with a weight above 0 (`gzip;q=0` refuses it), or
+    not listed while `wildcard` is, with a weight above 0. A malformed weight is 0."""
+    if not header:
+        return False
+    star = False
+    for part in header.split(","):
+        name, *params = part.split(";")
+        name = name.strip().lower()
+        weight = True
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                value = value.strip()
+                weight = bool(_QVALUE.fullmatch(value)) and float(value) > 0
+        if name == token:
+            return weight
+        if wildcard is not None and name == wildcard:
+            star = weight
+    return star

@@ -1,0 +1,236 @@
+"""HTTP/1.1 as the listener speaks it, with no socket (collector/http11.py): the heads a
+connection's bytes hold, each parsed into a request or refused with the answer saying why;
+header lists; an answer's head. tests/test_listener.py holds the same over 127.0.0.1."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.http11 import (
+    MAX_HEAD_BYTES,
+    Heads,
+    Request,
+    Response,
+    accepted,
+    has_token,
+    plain,
+    read_request,
+)
+
+
+def take_all(data: bytes) -> list[bytes | Response | None]:
+    """What `Heads.take` gives for `data` received at once, until it gives None or a
+    refusal."""
+    heads = Heads()
+    heads.add(data)
+    taken: list[bytes | Response | None] = []
+    while True:
+        taken.append(heads.take())
+        if not isinstance(taken[-1], bytes):
+            return taken
+
+
+def answer_to(data: bytes) -> Response | tuple[Request, bool]:
+    """The first request in `data`, or the answer refusing it."""
+    head = take_all(data)[0]
+    assert head is not None, "no whole head"
+    return head if isinstance(head, Response) else read_request(head, "192.0.2.1")
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "reason"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "malformed request line"),
+        (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET / HTTP/2.0\r\n\r\n", 505, "HTTP/1.1 or HTTP/1.0 only"),
+        (b"GET / HTTQ/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"G3T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", 400, "malformed header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n folded\r\n\r\n", 400, "malformed header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\n", 400, "malformed header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX\x01Y: a\r\n\r\n", 400, "malformed header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n(X): a\r\n\r\n", 400, "malformed header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+         400, "authorization given twice"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+         400, "Content-Length given twice"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, "Host given twice"),
+        (b"GET / HTTP/1.1\r\n\r\n", 400,
+         "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\rB: c\r\n\r\n", 400,
+         "bare CR, LF or NUL in the request head"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", 400,
+         "bare CR, LF or NUL in the request head"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\nB: c\r\n\r\n", 400,
+         "a line of the request head ends without CR"),
+        (b"GET / HTTP/1.1\nHost: x\n\n", 400, "a line of the request head ends without CR"),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 413,
+         "a request body is not accepted"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 413,
+         "a request body is not accepted"),
+        (b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET or HEAD only"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", 431,
+         "request head too large"),
+    ],
+)  # fmt: skip
+def test_each_malformed_head_is_refused_with_its_reason(data, status, reason):
+    answer = answer_to(data)
+    assert isinstance(answer, Response), answer
+    assert (answer.status, answer.reason) == (status, reason)
+    assert answer.body == (reason + "\n").encode()
+
+
+def test_a_405_names_what_is_served():
+    answer = answer_to(b"PUT / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(answer, Response) and answer.headers == (("Allow", "GET, HEAD"),)
+
+
+@pytest.mark.parametrize(
+    ("data", "close"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False),
+        (b"GET / HTTP/1.0\r\n\r\n", True),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", True),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, CLOSE\r\n\r\n", True),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: x-not-close\r\n\r\n", False),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: closed\r\n\r\n", False),
+        (b"HEAD / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", False),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n", False),
+    ],
+)
+def test_a_request_is_read_with_whether_its_connection_closes(data, close):
+    answer = answer_to(data)
+    assert isinstance(answer, tuple), answer
+    assert answer[1] is close
+
+
+def test_a_request_keeps_its_parts_and_joins_a_repeated_headers_values():
+    request, _ = answer_to(
+        b"GET /processes?sort=cpu&limit=5 HTTP/1.1\r\nHost: x\r\n"
+        b"Accept: text/plain\r\nACCEPT:  */* \t\r\nX-Empty:\r\n\r\n"
+    )
+    assert request == Request(
+        "GET",
+        "/processes?sort=cpu&limit=5",
+        {"host": "x", "accept": "text/plain, */*", "x-empty": ""},
+        "192.0.2.1",
+    )
+    assert (request.path, request.query) == ("/processes", "sort=cpu&limit=5")
+    assert (Request("GET", "/", {}, "c").path, Request("GET", "/", {}, "c").query) == ("/", "")
+
+
+def test_pipelined_heads_are_taken_one_at_a_time_in_order_after_empty_lines():
+    one = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+    two = b"GET /b HTTP/1.0\r\n\r\n"
+    taken = take_all(b"\r\n\r\n" + one + b"\r\n" + two + b"GET /c")
+    assert taken == [one[:-4], two[:-4], None]
+
+
+def test_a_head_trickled_in_is_taken_whole_once_its_end_comes():
+    data = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    heads = Heads()
+    for at in range(len(data) - 1):
+        heads.add(data[at : at + 1])
+        assert heads.take() is None
+        assert 0 <= heads.scanned <= at + 1
+        assert heads.scanned >= at - 2  # scanned once, not from its start at every byte
+    heads.add(data[-1:])
+    assert heads.take() == data[:-4]
+    assert len(heads) == 0 and heads.scanned == 0
+
+
+def test_a_head_with_no_end_is_refused_past_its_bound_not_buffered_on():
+    heads = Heads()
+    heads.add(b"GET / HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES - 19))
+    assert len(heads) == MAX_HEAD_BYTES and heads.take() is None
+    heads.add(b"a")
+    answer = heads.take()
+    assert isinstance(answer, Response) and answer.status == 431
+
+
+def test_a_head_ending_just_within_its_bound_is_taken():
+    line = b"GET / HTTP/1.1\r\nHost: x\r\nX: "
+    head = line + b"a" * (MAX_HEAD_BYTES - len(line))
+    assert len(head) == MAX_HEAD_BYTES
+    assert take_all(head + b"\r\n\r\n")[0] == head
+    assert isinstance(take_all(head + b"a\r\n\r\n")[0], Response)
+
+
+def test_a_bare_lf_is_refused_before_the_head_ends():
+    """A client whose lines end in LF alone never sends CR LF CR LF: refused as soon as one
+    line is in, not left to the head's deadline."""
+    heads = Heads()
+    heads.add(b"GET / HTTP/1.1\n")
+    answer = heads.take()
+    assert isinstance(answer, Response) and answer.status == 400
+    heads = Heads()
+    heads.add(b"\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")  # an empty line first: skipped
+    assert isinstance(heads.take(), bytes)
+
+
+@pytest.mark.parametrize(
+    ("header", "token", "expected"),
+    [
+        (None, "close", False),
+        ("", "close", False),
+        ("close", "close", True),
+        ("Close", "close", True),
+        (" keep-alive ,close ", "close", True),
+        ("x-close", "close", False),
+        ("close-ish, keep-alive", "close", False),
+    ],
+)
+def test_a_token_list_is_read_as_a_list(header, token, expected):
+    assert has_token(header, token) is expected
+
+
+def test_an_answers_head_is_its_status_type_length_nosniff_headers_then_close():
+    response = Response(503, b"busy\n", headers=(("Retry-After", "1"),))
+    assert response.head(close=True) == (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 5\r\nX-Content-Type-Options: nosniff\r\nRetry-After: 1\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    assert Response(299).head(close=False) == (
+        b"HTTP/1.1 299 Unknown\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 0\r\nX-Content-Type-Options: nosniff\r\n\r\n"
+    )
+    assert plain(404, "not found") == Response(404, b"not found\n")
+    assert plain(404, "not found").reason == "not found"
+
+
+@pytest.mark.parametrize(
+    ("header", "token", "wildcard", "expected"),
+    [
+        (None, "gzip", "*", False),
+        ("gzip", "gzip", "*", True),
+        ("GZIP", "gzip", "*", True),
+        ("gzip;q=0", "gzip", "*", False),
+        ("gzip; q=0.000, identity", "gzip", "*", False),
+        ("deflate, gzip;q=0.5", "gzip", "*", True),
+        ("gzip;q=1.0", "gzip", "*", True),
+        ("gzip;q=2", "gzip", "*", False),  # no such weight
+        ("gzip;q=nan", "gzip", "*", False),
+        ("gzip;q=0=1", "gzip", "*", False),  # a malformed weight, not a parameter `q=0`
+        ("*", "gzip", "*", True),
+        ("*;q=0", "gzip", "*", False),
+        ("*, gzip;q=0", "gzip", "*", False),  # named: the wildcard does not reach it
+        ("identity", "gzip", "*", False),
+        ("application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1",
+         "application/openmetrics-text", None, True),
+        ("application/openmetrics-text;q=0,text/plain",
+         "application/openmetrics-text", None, False),
+        ("*/*", "application/openmetrics-text", None, False),
+    ],
+)  # fmt: skip
+def test_header_lists_are_read_with_their_weights(header, token, wildcard, expected):
+    """RFC 9110 section 12.4.2: `gzip;q=0` says no gzip."""
+    assert accepted(header, token, wildcard) is expected
+
+
+def test_the_wildcard_of_a_header_list_is_a_star_unless_named():
+    """Accept-Encoding's `*` stands for any coding not listed, unless another (Accept's
+    `*/*`) or none is named."""
+    assert accepted("*", "gzip") and accepted("deflate, *;q=0.5", "gzip")
+    assert not accepted("*", "gzip", wildcard=None) and not accepted("deflate", "gzip")
