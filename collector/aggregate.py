@@ -14,8 +14,8 @@ from collector.model import (
     Fields,
     Malformed,
 )
-from collector.plainread import Carried, Footprint
-from collector.tracker import ProcessDelta
+from collector.plainread import Footprint
+from collector.tracker import CarriedDelta, ProcessDelta
 
 
 @dataclass(slots=True)
@@ -35,17 +35,17 @@ class Grouped:
     cgroup_dirs: dict[Group, CgroupDirs]  # of each non-pod group seen: where its cgroup is
     unplaced: int = 0  # processes read whose group their cgroup file could not tell
     # Kept for the processes view (collector/processes.py): each process's group by PID
-    # (None: left out of the sums), and each carried block's group by its cgroup file.
+    # (None: left out of the sums), and each carried block's by its cgroup file (absent:
+    # left out).
     group_of_pid: dict[int, Group | None] = field(default_factory=dict)
-    carried_groups: dict[bytes, Group] = field(default_factory=dict)
+    group_of_cgroup: dict[bytes, Group] = field(default_factory=dict)
 
 
 def group_pass(
     deltas: Iterable[ProcessDelta],
     footprints: Iterable[Footprint],
     grouper: Grouper,
-    carried: Iterable[Carried] = (),
-    carried_deltas: Mapping[bytes, list[int]] | None = None,
+    carried: Iterable[CarriedDelta] = (),
 ) -> Grouped:
     """Sum each process's delta and footprint into its group.
 
@@ -54,10 +54,10 @@ def group_pass(
     out of both and reported. For a non-pod group,
     the directories of its own cgroup are taken from its first process (docs/reference.md §7).
 
-    Processes carried over unread (`carried`, one block per cgroup file with its own
-    footprint sums; their deltas summed by cgroup file in `carried_deltas`, see
-    `Tracker.advance`) are summed into their groups by block: one group lookup per
-    cgroup, not per process. Their cgroup files parsed when they were last read.
+    Processes carried over unread (`carried`, one block per cgroup file as the guard
+    took it, with the reader's footprint sums; see `Tracker.advance`) are summed into
+    their groups by block: one group lookup per cgroup, not per process. Their cgroup
+    files parsed when they were last read.
     """
     intervals: dict[Group, Fields] = {}
     sums: dict[Group, FootprintSums] = {}
@@ -106,22 +106,22 @@ def group_pass(
         if group is None:  # dropped by --pods-only, unplaced, or its cgroup file is malformed
             continue
         interval_of(group).add(delta.fields)
-    for block in carried:
+    group_of_cgroup: dict[bytes, Group] = {}
+    for delta in carried:
+        block = delta.block
         group = _group_of_carried(grouper, block.cgroup)
-        if group is not None:
-            footprint = footprint_of(group, block.cgroup)
-            footprint.processes += len(block.readings)
-            footprint.threads += block.threads
-            footprint.rss_bytes += block.rss_bytes
-    carried_groups: dict[bytes, Group] = {}
-    for cgroup, (processes, observed) in (carried_deltas or {}).items():
-        group = _group_of_carried(grouper, cgroup)
-        if group is not None:
-            carried_groups[cgroup] = group
+        if group is None:
+            continue
+        group_of_cgroup[block.cgroup] = group
+        footprint = footprint_of(group, block.cgroup)
+        footprint.processes += len(block.readings)  # every one present, accepted or not
+        footprint.threads += block.threads
+        footprint.rss_bytes += block.rss_bytes
+        if delta.readings:
             interval = interval_of(group)
-            interval.processes += processes
-            interval.observed_nanos += observed
-    return Grouped(intervals, sums, malformed, dirs, unplaced, group_of_pid, carried_groups)
+            interval.processes += len(delta.readings)
+            interval.observed_nanos += delta.observed_ns
+    return Grouped(intervals, sums, malformed, dirs, unplaced, group_of_pid, group_of_cgroup)
 
 
 _NOT_READ = object()  # a process with no footprint this pass: it was carried

@@ -178,7 +178,6 @@ class Engine:
                 advance.deltas,
                 readings.footprints,
                 self.grouper,
-                readings.carried,
                 advance.carried,
             )
             late = self._read_cgroups(self._new_cgroups(grouped, early))
@@ -225,8 +224,7 @@ class Engine:
                 advance.deltas,
                 grouped.group_of_pid,
                 advance.carried,
-                advance.carried_members,
-                grouped.carried_groups,
+                grouped.group_of_cgroup,
             ),
         )
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collector.groups import Group
-from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading
-from collector.tracker import ProcessDelta
+from collector.model import FIELD_NAMES, CgroupFields, Fields
+from collector.tracker import CarriedDelta, ProcessDelta
 
 SORT_FIELDS: tuple[str, ...] = FIELD_NAMES[1:]
 """What `sort` takes: every field of docs/reference.md §3 but `processes` (1 for each)."""
@@ -128,15 +128,14 @@ class ProcessTable:
     """What a pass kept for the view: references to what it built anyway.
 
     `deltas` and `group_of_pid` as the pass guarded and grouped them (a PID whose group
-    is None was left out of the sums); `carried`, `carried_members` and `carried_groups`
-    the blocks carried over unread, by cgroup file: [processes, observed ns], each one's
-    processes by PID, and their group."""
+    is None was left out of the sums); `carried` and `group_of_cgroup` likewise for the
+    blocks carried over unread: each as the guard took it, and its group by cgroup file
+    (absent: left out)."""
 
     deltas: Sequence[ProcessDelta] = ()
     group_of_pid: Mapping[int, Group | None] = field(default_factory=dict)
-    carried: Mapping[bytes, Sequence[int]] = field(default_factory=dict)
-    carried_members: Mapping[bytes, Mapping[int, ProcessReading]] = field(default_factory=dict)
-    carried_groups: Mapping[bytes, Group] = field(default_factory=dict)
+    carried: Sequence[CarriedDelta] = ()
+    group_of_cgroup: Mapping[bytes, Group] = field(default_factory=dict)
 
     def rows(self, query: Query) -> list[Row]:
         """The processes the query matches, sorted and cut to its limit."""
@@ -156,12 +155,12 @@ class ProcessTable:
             group = group_of.get(reading.pid)
             if matches(group):
                 yield Row(reading.pid, reading.comm, group, len(reading.threads), fields)
-        for cgroup, (count, observed) in self.carried.items():
-            group = self.carried_groups.get(cgroup)
-            members = self.carried_members.get(cgroup)
+        for block in self.carried:
+            group = self.group_of_cgroup.get(block.cgroup)
+            members = block.readings
             if not matches(group) or not members:
                 continue
-            share, extra = divmod(observed, count)
+            share, extra = divmod(block.observed_ns, len(members))
             for index, pid in enumerate(sorted(members)):
                 reading = members[pid]
                 fields = Fields(1, share + (index < extra))
@@ -171,15 +170,15 @@ class ProcessTable:
         """Every PID the pass saw in a group the query matches, with a delta or not."""
         matches = _matcher(query)
         pids = {pid for pid, group in self.group_of_pid.items() if matches(group)}
-        for cgroup, members in self.carried_members.items():
-            if matches(self.carried_groups.get(cgroup)):
-                pids.update(members)
+        for block in self.carried:
+            if matches(self.group_of_cgroup.get(block.cgroup)):
+                pids.update(block.readings)
         return sorted(pids)
 
     def groups(self, query: Query) -> set[Group]:
         """Every group with a process in the table that the query matches."""
         groups = {g for g in self.group_of_pid.values() if g is not None}
-        groups.update(self.carried_groups.values())
+        groups.update(self.group_of_cgroup.values())
         return {g for g in groups if query.matches(g.label_dict())}
 
 

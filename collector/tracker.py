@@ -25,6 +25,23 @@ class ProcessDelta(NamedTuple):
     born: bool
 
 
+class CarriedDelta(NamedTuple):
+    """A carried block (the reader's `Carried`) as the guard took it: the processes it
+    accepted as continuations of their cached readings, by PID (the block's own mapping
+    where it accepted every one), and the process-time observed of them all. Nothing else
+    of theirs moved: each is one process and its observed time, every other field 0. A
+    member refused is guarded as read, among `Advance.deltas`. `block` is the reader's, for
+    its footprint sums."""
+
+    block: Carried
+    readings: Mapping[int, ProcessReading]
+    observed_ns: int
+
+    @property
+    def cgroup(self) -> bytes:
+        return self.block.cgroup
+
+
 @dataclass(slots=True)
 class Advance:
     """The outcome of one pass through the guard."""
@@ -32,12 +49,7 @@ class Advance:
     deltas: list[ProcessDelta] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)
     threads_refused: Counter[str] = field(default_factory=Counter)
-    # Carried processes, summed by the bytes of their cgroup file: [processes, observed
-    # ns]. Each is one delta whose every other field is 0 (nothing of it moved).
-    carried: dict[bytes, list[int]] = field(default_factory=dict)
-    # The processes of each carried block by PID, by its cgroup file: those `carried`
-    # counts (for the processes view, collector/processes.py).
-    carried_members: Mapping[bytes, Mapping[int, ProcessReading]] = field(default_factory=dict)
+    carried: list[CarriedDelta] = field(default_factory=list)  # one per block given
 
 
 _ThreadSums = tuple[int, int, int, int, int, int]
@@ -54,26 +66,37 @@ def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bo
     )
 
 
-class _Undo:
-    """The instants a pass's blocks moved before its processes read were guarded, to put
-    them back if the pass fails (the cache itself is written only once the pass is taken):
-    per PID its instant cell as it was (None: absent), and each shared cell's instant as
-    it was. Applied in reverse, the oldest value wins."""
+class _Instant:
+    """The instant a carried block's readings stand for, shared by its processes (each
+    process's entry in `Tracker._since` is the very object): a block carried again moves
+    every one of theirs at once."""
 
-    __slots__ = ("cells", "entries")
+    __slots__ = ("ns",)
 
-    def __init__(self) -> None:
-        self.entries: list[tuple[int, list[int] | None]] = []
-        self.cells: list[tuple[list[int], int]] = []
+    def __init__(self, ns: int):
+        self.ns = ns
 
-    def apply(self, since_of: dict[int, list[int]]) -> None:
-        for pid, cell in reversed(self.entries):
-            if cell is None:
-                since_of.pop(pid, None)
-            else:
-                since_of[pid] = cell
-        for cell, ns in reversed(self.cells):
-            cell[0] = ns
+
+class _Kept(NamedTuple):
+    """Last pass's carried block, as the guard kept it: the readings it accepted (the
+    reader's own mapping, where it accepted all of it) and the instant they stand for."""
+
+    readings: Mapping[int, ProcessReading]
+    instant: _Instant
+
+
+@dataclass(slots=True)
+class _Carry:
+    """What the blocks given to a pass make of it, the tracker's state left untouched:
+    written (`Tracker._take`) only once every process read is guarded too, so that a pass
+    that fails midway changes nothing."""
+
+    carried: list[CarriedDelta] = field(default_factory=list)
+    blocks: dict[bytes, _Kept] = field(default_factory=dict)  # this pass's, by cgroup
+    others: list[ProcessReading] = field(default_factory=list)  # to guard as read
+    alive: set[int] = field(default_factory=set)  # every PID carried
+    moves: list[tuple[_Instant, int]] = field(default_factory=list)  # a block's new instant
+    instants: list[tuple[int, _Instant]] = field(default_factory=list)  # a PID's, in order
 
 
 class Tracker:
@@ -88,13 +111,9 @@ class Tracker:
         # to pass: a PID no pass sees is dropped, a carried process's entry is untouched.
         self._cache: dict[int, ProcessReading] = {}
         # The instant a cached reading stands for, where it is not its own `at_ns`: a
-        # reading carried over unread stands for the last pass that carried it. A cell
-        # (`[ns]`), one per carried block, shared by its processes: a block carried
-        # again moves every one of theirs at once.
-        self._since: dict[int, list[int]] = {}
-        # Last pass's carried blocks, by cgroup: the readings mapping accepted (the
-        # reader's own object, where it accepted all of it) and the block's cell.
-        self._blocks: dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]] = {}
+        # reading carried over unread stands for the last pass that carried it.
+        self._since: dict[int, _Instant] = {}
+        self._blocks: dict[bytes, _Kept] = {}  # last pass's carried blocks, by cgroup
         self._previous_listing_ns: int | None = None
 
     @property
@@ -128,10 +147,10 @@ class Tracker:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
 
         `carried`: the blocks the reader carried over (`PassReadings.carried`): last
-        pass's very readings, which stand for `carried_at_ns`. Each gives the delta of a
-        process that did not run — processes 1, its observed time, every other field 0 —
-        summed by cgroup file into `Advance.carried` rather than one `ProcessDelta` each;
-        one that is not such a continuation is guarded like any reading.
+        pass's very readings, which stand for `carried_at_ns`. Each gives one
+        `CarriedDelta` (`Advance.carried`): the processes that did not run — processes 1,
+        their observed time, every other field 0 — rather than one `ProcessDelta` each; a
+        member that is not such a continuation is guarded like any reading.
 
         The processes a block shares with last pass's block of its cgroup, where their
         readings are the very ones accepted there (each was checked when it joined, and
@@ -140,40 +159,23 @@ class Tracker:
         again as the same object costs O(1). A process joining a block is checked on its
         own; one leaving it keeps the block's last instant as its own.
 
-        All or nothing: a pass that raises midway leaves the tracker as it was (the
-        processes read are written into the cache, and this pass's blocks kept, only once
-        all of them are guarded; the instants the blocks moved before are put back), so the
-        next pass's deltas run from the last pass that completed and nothing of the failed
-        one is lost."""
-        undo = _Undo()
-        try:
-            return self._advance(readings, listed_at_ns, carried, carried_at_ns, undo)
-        except BaseException:
-            undo.apply(self._since)
-            raise
-
-    def _advance(
-        self,
-        readings: Iterable[ProcessReading],
-        listed_at_ns: int,
-        carried: Iterable[Carried],
-        carried_at_ns: int | None,
-        undo: _Undo,
-    ) -> Advance:
+        All or nothing: the tracker's state is written only once every process of the
+        pass is guarded, so a pass that raises midway leaves it as it was: the next
+        pass's deltas run from the last pass that completed and nothing of the failed one
+        is lost."""
         result = Advance()
-        cache, since_of = self._cache, self._since
-        alive: set[int] = set()
-        others: list[ProcessReading] = []
-        blocks = self._continue_blocks(carried, carried_at_ns, result.carried, others, alive, undo)
+        carry = self._carry(carried, carried_at_ns)
+        result.carried = carry.carried
         # The processes read are guarded against the cache as it stands and written into
-        # it only once every one of them is (below): a pass that fails midway wrote none.
+        # it only once every one of them is (`_take`): a pass that fails midway wrote none.
+        others = carry.others
         if others or not isinstance(readings, (list, tuple)):  # iterated twice
             readings = [*readings, *others]
+        cache, since_of = self._cache, self._since
         for reading in readings:
             pid = reading.pid
-            alive.add(pid)
             old = cache.get(pid)
-            cell = since_of.get(pid)
+            instant = since_of.get(pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
@@ -183,7 +185,7 @@ class Tracker:
                 thread_sums, thread_refusals = self._guard_threads(reading, old_threads)
 
             if old is not None and same_process:
-                since_ns = old.at_ns if cell is None else cell[0]
+                since_ns = old.at_ns if instant is None else instant.ns
                 if _process_fell(reading, old, since_ns):
                     result.refused["counter_fell"] += 1
                     continue
@@ -215,94 +217,87 @@ class Tracker:
             result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
-        # Nothing fails below: the pass is taken whole.
+        self._take(readings, carry, listed_at_ns)
+        return result
+
+    def _take(self, readings: list[ProcessReading] | tuple, carry: _Carry, listed_at_ns: int):
+        """The pass is taken whole: nothing fails from here on."""
+        cache, since_of = self._cache, self._since
+        for instant, ns in carry.moves:
+            instant.ns = ns
+        for pid, instant in carry.instants:
+            since_of[pid] = instant
+        alive = carry.alive
         for reading in readings:
             pid = reading.pid
+            alive.add(pid)
             cache[pid] = reading
             if pid in since_of:  # its instant is this reading's own from now on
                 del since_of[pid]
         for pid in cache.keys() - alive:  # not seen this pass: gone
             del cache[pid]
             since_of.pop(pid, None)
-        self._blocks = blocks
+        self._blocks = carry.blocks
         self._previous_listing_ns = listed_at_ns
-        result.carried_members = {cgroup: block[0] for cgroup, block in blocks.items()}
-        return result
 
-    def _continue_blocks(
-        self,
-        carried: Iterable[Carried],
-        at_ns: int | None,
-        sums: dict[bytes, list[int]],
-        others: list[ProcessReading],
-        alive: set[int],
-        undo: _Undo,
-    ) -> dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]]:
-        """Sum each carried block into `sums` ([processes, observed ns] by cgroup file);
-        readings that are no continuation of their cached one go to `others`, to be
-        guarded as read. Every PID carried is added to `alive`. This pass's blocks. Each
-        instant it moves is noted in `undo`."""
-        cache, since_of, before = self._cache, self._since, self._blocks
-        entries = undo.entries
-        blocks: dict[bytes, tuple[Mapping[int, ProcessReading], list[int]]] = {}
+    def _carry(self, carried: Iterable[Carried], at_ns: int | None) -> _Carry:
+        """What each carried block makes of the pass (`_Carry`), read from the tracker's
+        state and written to none of it."""
+        carry = _Carry()
         for block in carried:
             if at_ns is None:
                 raise ValueError("readings carried as they were need carried_at_ns")
-            members = block.readings
-            alive.update(members)
-            last = before.get(block.cgroup)
-            kept: Collection[int] = ()
-            if last is not None and last[1][0] <= at_ns:
-                accepted_before, cell = last
-                if accepted_before is members:  # the very block: every reading accepted
-                    kept = members
-                else:  # the readings it kept must be the very ones accepted last pass
-                    common = members.keys() & accepted_before.keys()
-                    if all(
-                        map(is_, map(members.__getitem__, common),
-                            map(accepted_before.__getitem__, common))
-                    ):  # fmt: skip
-                        kept = common
-                        for pid in accepted_before.keys() - common:  # leaving it this pass
-                            entries.append((pid, since_of.get(pid)))
-                            since_of[pid] = [cell[0]]  # its instant, not the block's next
-            if kept:
-                observed = len(kept) * (at_ns - cell[0])
-            else:
-                cell, observed = [at_ns], 0
-            refused: set[int] = set()
-            for pid, reading in members.items() if kept is not members else ():
-                if pid in kept:
-                    continue
-                old = cache.get(pid)
-                if old is None or reading is not old:
-                    others.append(reading)
-                    refused.add(pid)
-                    continue
-                since = since_of.get(pid)
-                since_ns = old.at_ns if since is None else since[0]
-                if at_ns < since_ns:
-                    others.append(reading)
-                    refused.add(pid)
-                    continue
-                observed += at_ns - since_ns
-                entries.append((pid, since))
-                since_of[pid] = cell
-            undo.cells.append((cell, cell[0]))
-            cell[0] = at_ns
-            count = len(members) - len(refused)
-            if not count:
+            carry.alive.update(block.readings)
+            self._carry_block(block, at_ns, carry)
+        return carry
+
+    def _carry_block(self, block: Carried, at_ns: int, carry: _Carry) -> None:
+        """One block's `CarriedDelta`, and what it changes once the pass is taken."""
+        cache, since_of = self._cache, self._since
+        members = block.readings
+        last = self._blocks.get(block.cgroup)
+        kept: Collection[int] = ()
+        if last is not None and last.instant.ns <= at_ns:
+            accepted_before, instant = last
+            if accepted_before is members:  # the very block: every reading accepted
+                kept = members
+            else:  # the readings it kept must be the very ones accepted last pass
+                common = members.keys() & accepted_before.keys()
+                if all(
+                    map(is_, map(members.__getitem__, common),
+                        map(accepted_before.__getitem__, common))
+                ):  # fmt: skip
+                    kept = common
+                    for pid in accepted_before.keys() - common:  # leaving it this pass
+                        # its instant, not the block's next
+                        carry.instants.append((pid, _Instant(instant.ns)))
+        if kept:
+            observed = len(kept) * (at_ns - instant.ns)
+        else:
+            instant, observed = _Instant(at_ns), 0
+        refused: set[int] = set()
+        for pid, reading in members.items() if kept is not members else ():
+            if pid in kept:
                 continue
-            if refused:
-                members = {pid: r for pid, r in members.items() if pid not in refused}
-            blocks[block.cgroup] = (members, cell)
-            total = sums.get(block.cgroup)
-            if total is None:
-                sums[block.cgroup] = [count, observed]
-            else:
-                total[0] += count
-                total[1] += observed
-        return blocks
+            old = cache.get(pid)
+            if old is None or reading is not old:
+                carry.others.append(reading)
+                refused.add(pid)
+                continue
+            since = since_of.get(pid)
+            since_ns = old.at_ns if since is None else since.ns
+            if at_ns < since_ns:
+                carry.others.append(reading)
+                refused.add(pid)
+                continue
+            observed += at_ns - since_ns
+            carry.instants.append((pid, instant))
+        carry.moves.append((instant, at_ns))
+        if refused:
+            members = {pid: r for pid, r in members.items() if pid not in refused}
+        carry.carried.append(CarriedDelta(block, members, observed))
+        if members:
+            carry.blocks[block.cgroup] = _Kept(members, instant)
 
     def _guard_threads(
         self,

@@ -564,13 +564,13 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/carried-instant-ignored", TRACKER,
-        "since_ns = old.at_ns if since is None else since[0]",
+        "since_ns = old.at_ns if since is None else since.ns",
         "since_ns = old.at_ns",
         "a process carried in a new block counts from its last reading, not its last carry",
     )  # fmt: skip
     yield m(
         "tracker/read-after-carry-instant-ignored", TRACKER,
-        "since_ns = old.at_ns if cell is None else cell[0]",
+        "since_ns = old.at_ns if instant is None else instant.ns",
         "since_ns = old.at_ns",
         "a process read after being carried counts the carried span twice",
     )  # fmt: skip
@@ -582,13 +582,13 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/block-instant-check-dropped", TRACKER,
-        "if last is not None and last[1][0] <= at_ns:",
+        "if last is not None and last.instant.ns <= at_ns:",
         "if last is not None:",
         "a block carried again at an earlier instant gives a negative observed time",
     )  # fmt: skip
     yield m(
         "tracker/block-leaving-instant-shared", TRACKER,
-        "since_of[pid] = [cell[0]]",
+        "carry.instants.append((pid, _Instant(instant.ns)))",
         "pass",
         "a process leaving a block to be read counts from the block's new instant: its span lost",
     )  # fmt: skip
@@ -606,8 +606,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/read-written-midway", TRACKER,
-        "            cell = since_of.get(pid)\n",
-        "            cell = since_of.get(pid)\n            cache[pid] = reading\n",
+        "            instant = since_of.get(pid)\n",
+        "            instant = since_of.get(pid)\n            cache[pid] = reading\n",
         "a process read is cached before the pass is taken: a failed pass leaves it cached",
     )  # fmt: skip
     yield m(
@@ -619,7 +619,7 @@ def _mutants() -> Iterator[Mutant]:
     yield m(
         "tracker/blocks-kept-on-failure", TRACKER,
         "        if others or not isinstance(",
-        "        self._blocks = blocks\n        if others or not isinstance(",
+        "        self._blocks = carry.blocks\n        if others or not isinstance(",
         "a failed pass's blocks are kept: the next pass counts them from the failed instant",
     )  # fmt: skip
     yield m(
@@ -629,15 +629,15 @@ def _mutants() -> Iterator[Mutant]:
         "readings given as an iterator are used up by the guard: none is kept",
     )  # fmt: skip
     yield m(
-        "tracker/undo-dropped", TRACKER,
-        "undo.apply(self._since)",
-        "pass",
-        "a pass that fails midway leaves half its readings cached: their span lost",
+        "tracker/pid-instants-written-midway", TRACKER,
+        "            carry.instants.append((pid, instant))\n",
+        "            carry.instants.append((pid, instant))\n            since_of[pid] = instant\n",
+        "a failed pass leaves a process that joined a block standing for the block's instant",
     )  # fmt: skip
     yield m(
-        "tracker/undo-instants-dropped", TRACKER,
-        "cell[0] = ns",
-        "pass",
+        "tracker/instant-moved-midway", TRACKER,
+        "        carry.moves.append((instant, at_ns))\n",
+        "        carry.moves.append((instant, at_ns))\n        instant.ns = at_ns\n",
         "a failed pass leaves a block's instant moved: the span to it lost",
     )  # fmt: skip
     # -- collector/aggregate.py: the sums ---------------------------------------------------
@@ -656,7 +656,7 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "aggregate/carried-observed-dropped", AGGREGATE,
-        "interval.observed_nanos += observed",
+        "interval.observed_nanos += delta.observed_ns",
         "pass",
         "a carried block's processes add to the count, not to the observed time",
     )  # fmt: skip

@@ -6,7 +6,7 @@ from collector.groups import Group, Grouper
 from collector.model import Fields
 from collector.plainread import Carried, Footprint
 from collector.podnames import PodNames
-from collector.tracker import ProcessDelta
+from collector.tracker import CarriedDelta, ProcessDelta
 from tests.test_tracker import SEC, proc
 
 POD = Group("pod", (("namespace", "a"), ("pod", "b"), ("uid", "u"), ("qos", "burstable")))
@@ -53,8 +53,7 @@ def test_a_delta_of_a_carried_process_reaches_its_group_by_its_cgroup_file():
         [ProcessDelta(idle, moved, False), ProcessDelta(read, Fields(processes=1), False)],
         [Footprint(20, read.cgroup, 1, 0)],
         grouper,
-        [Carried(idle.cgroup, {10: idle}, 1, 0)],
-        {},
+        [CarriedDelta(Carried(idle.cgroup, {10: idle}, 1, 0), {}, 0)],  # 10 refused
     )
     idle_group = grouper.group_of(idle.cgroup)
     assert grouped.intervals[idle_group] == moved
@@ -69,12 +68,12 @@ def test_carried_blocks_add_their_processes_and_observed_time_to_their_group():
     cgroup = b"0::/system.slice/idle.service\n"
     idle = [proc(pid, 5_000, 100 * SEC)._replace(cgroup=cgroup) for pid in (10, 11)]
     read = proc(12, 5_000, 100 * SEC)._replace(cgroup=cgroup)
+    block = Carried(cgroup, {r.pid: r for r in idle}, 3, 8192)
     grouped = group_pass(
         [ProcessDelta(read, Fields(processes=1, observed_nanos=10 * SEC, on_cpu_nanos=3), False)],
         [Footprint(12, cgroup, 4, 100)],
         grouper,
-        [Carried(cgroup, {r.pid: r for r in idle}, 3, 8192)],
-        {cgroup: [2, 2 * 10 * SEC]},
+        [CarriedDelta(block, block.readings, 2 * 10 * SEC)],
     )
     group = grouper.group_of(cgroup)
     assert grouped.intervals == {
@@ -82,6 +81,31 @@ def test_carried_blocks_add_their_processes_and_observed_time_to_their_group():
     }
     footprint = grouped.footprints[group]
     assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (3, 7, 8292)
+
+
+def test_a_block_the_guard_accepted_none_of_counts_its_footprint_and_no_interval():
+    """Every member of a block is present on the node, accepted as a carry or not: its
+    footprint counts them all. A block of which the guard accepted none adds no interval
+    (no group of 0 processes); its group is known to the processes view by its cgroup
+    file, as any carried block's is, and a block of a group left out is not."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    cgroup = b"0::/system.slice/idle.service\n"
+    idle = proc(10, 5_000, 100 * SEC)._replace(cgroup=cgroup)
+    left_out = proc(11, 5_000, 100 * SEC)._replace(cgroup=b"garbage\n")
+    grouped = group_pass(
+        [],
+        [],
+        grouper,
+        [
+            CarriedDelta(Carried(cgroup, {10: idle}, 2, 4096), {}, 0),
+            CarriedDelta(Carried(left_out.cgroup, {11: left_out}, 1, 0), {11: left_out}, SEC),
+        ],
+    )
+    group = grouper.group_of(cgroup)
+    assert grouped.intervals == {}
+    footprint = grouped.footprints[group]
+    assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (1, 2, 4096)
+    assert grouped.group_of_cgroup == {cgroup: group}
 
 
 def test_a_process_read_with_a_malformed_cgroup_file_is_counted_once_and_left_out():
@@ -104,8 +128,6 @@ def test_a_process_read_with_a_malformed_cgroup_file_is_counted_once_and_left_ou
          ProcessDelta(good, Fields(processes=1, on_cpu_nanos=7), False)],
         [Footprint(10, bad.cgroup, 1, 0), Footprint(20, good.cgroup, 1, 0)],
         grouper,
-        [],
-        {},
     )  # fmt: skip
     assert grouped.malformed_pids == {10}
     assert grouped.intervals == {group_of(good.cgroup): Fields(processes=1, on_cpu_nanos=7)}

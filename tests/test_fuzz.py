@@ -386,7 +386,8 @@ def test_carried_blocks_count_each_process_from_its_own_last_instant():
                     total[0] += 1
                     total[1] += carried_at - last[pid][1]
                     last[pid] = (reading, carried_at)
-            assert outcome.carried == expected
+            carried = {d.cgroup: [len(d.readings), d.observed_ns] for d in outcome.carried}
+            assert carried == expected
             deltas = {d.reading.pid: d.fields for d in outcome.deltas}
             for reading in read:
                 before = last.get(reading.pid)

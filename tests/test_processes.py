@@ -29,6 +29,7 @@ from collector.exporter import (
 from collector.groups import Group
 from collector.listener import MAX_ASIDE, Limits
 from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
+from collector.plainread import Carried
 from collector.processes import (
     DEFAULT_LIMIT,
     SORT_FIELDS,
@@ -38,7 +39,7 @@ from collector.processes import (
     Query,
     QueryError,
 )
-from collector.tracker import ProcessDelta
+from collector.tracker import CarriedDelta, ProcessDelta
 from collector.wiring import Options, build_engine
 from tests.cgroups import Workload, cgroup
 from tests.net import free_port, request, start_serve, wait_until
@@ -113,7 +114,7 @@ def test_every_groups_processes_add_up_to_its_interval_on_this_node(tmp_path):
     sums = _labels(document["processes"])
     intervals = {tuple(sorted(g.labels)): fields for g, fields in result.intervals.items()}
     assert sums == intervals
-    carried = {pid for members in result.processes.carried_members.values() for pid in members}
+    carried = {pid for block in result.processes.carried for pid in block.readings}
     assert idle.pid in carried, "the idle cgroup's process was read, not carried"
     (row,) = [p for p in document["processes"] if p["pid"] == idle.pid]
     assert row["on_cpu_nanos"] == row["run_delay_nanos"] == row["cpu_user_nanos"] == 0
@@ -563,6 +564,12 @@ def _reading(pid: int, cgroup: bytes = b"0::/a\n", threads: int = 1) -> ProcessR
     return ProcessReading(pid, f"p{pid}", 1, 0, 0, 0, 0, 0, cgroup, (thread,) * threads)
 
 
+def _block(cgroup: bytes, members: dict[int, ProcessReading], observed: int) -> CarriedDelta:
+    """A carried block as the guard takes it, every member accepted."""
+    threads = sum(len(reading.threads) for reading in members.values())
+    return CarriedDelta(Carried(cgroup, members, threads, 0), members, observed)
+
+
 def test_carried_processes_share_their_blocks_time_and_unsummed_ones_are_not_listed():
     """A block of three carried processes observed 10 ns in all: 4, 3 and 3 (their sum
     is the block's, exactly). A process the pass left out of every sum (`--pods-only`,
@@ -574,9 +581,8 @@ def test_carried_processes_share_their_blocks_time_and_unsummed_ones_are_not_lis
             ProcessDelta(_reading(8), Fields(1, 5, 1, 1), False),
         ),
         group_of_pid={7: pod, 8: None, 10: pod, 11: pod, 12: pod},
-        carried={b"0::/a\n": [3, 10]},
-        carried_members={b"0::/a\n": {pid: _reading(pid) for pid in (12, 10, 11)}},
-        carried_groups={b"0::/a\n": pod},
+        carried=[_block(b"0::/a\n", {pid: _reading(pid) for pid in (12, 10, 11)}, 10)],
+        group_of_cgroup={b"0::/a\n": pod},
     )
     for query in (Query(limit=None), Query((("pod", "p"),), limit=None)):
         rows = table.rows(query)
@@ -713,12 +719,11 @@ def test_threads_read_every_process_of_the_groups_matched_carried_ones_included(
     table = ProcessTable(
         deltas=(ProcessDelta(_reading(9), Fields(1, 5, 1, 1), False),),
         group_of_pid={9: pod, 3: None, 5: other},
-        carried={b"0::/a\n": [2, 10], b"0::/x\n": [1, 10]},
-        carried_members={
-            b"0::/a\n": {12: _reading(12), 4: _reading(4)},
-            b"0::/x\n": {6: _reading(6, b"0::/x\n")},
-        },
-        carried_groups={b"0::/a\n": pod, b"0::/x\n": other},
+        carried=[
+            _block(b"0::/a\n", {12: _reading(12), 4: _reading(4)}, 10),
+            _block(b"0::/x\n", {6: _reading(6, b"0::/x\n")}, 10),
+        ],
+        group_of_cgroup={b"0::/a\n": pod, b"0::/x\n": other},
     )
     assert table.pids(Query((("pod", "p"),))) == [4, 9, 12]
     assert table.pids(Query((("cgroup", "/x"),))) == [5, 6]
@@ -835,13 +840,12 @@ def test_every_carried_block_of_the_groups_matched_is_listed():
     pod = Group("pod", (("namespace", "n"), ("pod", "p"), ("uid", "u"), ("qos", "burstable")))
     other = Group("cgroup", (("cgroup", "/x"),))
     table = ProcessTable(
-        carried={b"0::/x\n": [1, 10], b"0::/e\n": [1, 10], b"0::/a\n": [2, 10]},
-        carried_members={
-            b"0::/x\n": {6: _reading(6, b"0::/x\n")},
-            b"0::/e\n": {},
-            b"0::/a\n": {12: _reading(12), 4: _reading(4)},
-        },
-        carried_groups={b"0::/x\n": other, b"0::/e\n": pod, b"0::/a\n": pod},
+        carried=[
+            _block(b"0::/x\n", {6: _reading(6, b"0::/x\n")}, 10),
+            _block(b"0::/e\n", {}, 0),
+            _block(b"0::/a\n", {12: _reading(12), 4: _reading(4)}, 10),
+        ],
+        group_of_cgroup={b"0::/x\n": other, b"0::/e\n": pod, b"0::/a\n": pod},
     )
     rows = table.rows(Query((("pod", "p"),), limit=None))
     assert [(r.pid, r.comm, r.fields.observed_nanos) for r in rows] == [

@@ -9,7 +9,7 @@ import pytest
 
 from collector.model import ProcessReading, ThreadReading
 from collector.plainread import Carried
-from collector.tracker import Tracker
+from collector.tracker import Advance, Tracker
 
 HZ = 100
 TICK_NS = 10_000_000
@@ -46,6 +46,12 @@ def carry(*readings: ProcessReading) -> list[Carried]:
         Carried(cgroup, members, sum(len(r.threads) for r in members.values()), 0)
         for cgroup, members in by_cgroup.items()
     ]
+
+
+def carried(outcome: Advance) -> dict[bytes, list[int]]:
+    """Each carried block's processes accepted and their observed time, by cgroup file (a
+    block with none accepted left out)."""
+    return {d.cgroup: [len(d.readings), d.observed_ns] for d in outcome.carried if d.readings}
 
 
 @dataclass
@@ -349,16 +355,16 @@ def test_carried_processes_are_summed_by_cgroup_and_others_guarded_as_usual():
     # pass 2: 10 and 20 carried at 160 s; 30 too, but its user time moved; 40's reading
     # is an equal copy, not the reading itself: neither is a carry
     copy = proc(40, 5_000, 100 * SEC)
-    carried = carry(a, b, proc(30, 5_000, 160 * SEC, user=2), copy)
-    outcome = tracker.advance([], 160 * SEC, carried, 160 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 60 * SEC], b"0::/other\n": [1, 60 * SEC]}
+    blocks = carry(a, b, proc(30, 5_000, 160 * SEC, user=2), copy)
+    outcome = tracker.advance([], 160 * SEC, blocks, 160 * SEC)
+    assert carried(outcome) == {b"0::/\n": [1, 60 * SEC], b"0::/other\n": [1, 60 * SEC]}
     thirty, forty = outcome.deltas  # guarded: a moved stat, and a copy with nothing moved
     assert thirty.reading.pid == 30 and thirty.fields.cpu_user_nanos == 2 * TICK_NS
     assert forty.reading.pid == 40 and forty.fields.observed_nanos == 0
     assert tracker.tracked_processes == 4
     # pass 3: carried again, from the carried readings' instant
     outcome = tracker.advance([], 200 * SEC, carry(a), 200 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [1, 40 * SEC]}
     assert tracker.tracked_processes == 1  # the others were not seen
 
 
@@ -370,8 +376,8 @@ def test_a_reading_carried_as_it_was_stands_for_the_instant_it_was_carried():
     a = proc(10, start=5_000, at=100 * SEC, user=3)
     tracker.advance([a], 100 * SEC)
     block = carry(a)
-    assert tracker.advance([], 160 * SEC, block, 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
-    assert tracker.advance([], 200 * SEC, block, 200 * SEC).carried == {b"0::/\n": [1, 40 * SEC]}
+    assert carried(tracker.advance([], 160 * SEC, block, 160 * SEC)) == {b"0::/\n": [1, 60 * SEC]}
+    assert carried(tracker.advance([], 200 * SEC, block, 200 * SEC)) == {b"0::/\n": [1, 40 * SEC]}
     # read again (it ran): its interval starts at the last carry, not at its reading's 100 s
     ran = proc(10, start=5_000, at=250 * SEC, user=5)
     (delta,) = tracker.advance([ran], 250 * SEC).deltas
@@ -381,10 +387,10 @@ def test_a_reading_carried_as_it_was_stands_for_the_instant_it_was_carried():
     block = carry(ran)
     tracker.advance([], 300 * SEC, block, 300 * SEC)
     outcome = tracker.advance([], 290 * SEC, block, 290 * SEC)
-    assert outcome.carried == {} and outcome.refused == Counter(counter_fell=1)
+    assert carried(outcome) == {} and outcome.refused == Counter(counter_fell=1)
     tracker.advance([], 300 * SEC, carry(ran), 300 * SEC)
     outcome = tracker.advance([], 290 * SEC, carry(ran), 290 * SEC)
-    assert outcome.carried == {} and outcome.refused == Counter(counter_fell=1)
+    assert carried(outcome) == {} and outcome.refused == Counter(counter_fell=1)
     with pytest.raises(ValueError):
         tracker.advance([], 400 * SEC, carry(ran))
 
@@ -399,11 +405,11 @@ def test_a_block_carried_again_is_summed_whole_and_a_process_leaving_it_counts_f
     tracker.advance([a, b], 120 * SEC)
     block = carry(a, b)
     # joined one by one: each from its own last instant
-    assert tracker.advance([], 160 * SEC, block, 160 * SEC).carried == {b"0::/\n": [2, 100 * SEC]}
-    assert tracker.advance([], 200 * SEC, block, 200 * SEC).carried == {b"0::/\n": [2, 80 * SEC]}
+    assert carried(tracker.advance([], 160 * SEC, block, 160 * SEC)) == {b"0::/\n": [2, 100 * SEC]}
+    assert carried(tracker.advance([], 200 * SEC, block, 200 * SEC)) == {b"0::/\n": [2, 80 * SEC]}
     ran = proc(10, 5_000, 250 * SEC, user=5)
     outcome = tracker.advance([ran], 250 * SEC, carry(b), 250 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 50 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [1, 50 * SEC]}
     (delta,) = outcome.deltas
     assert delta.fields.observed_nanos == 50 * SEC and delta.fields.cpu_user_nanos == 2 * TICK_NS
     assert tracker.tracked_processes == 2
@@ -416,10 +422,11 @@ def test_a_changed_block_is_checked_process_by_process():
     tracker = Tracker(HZ)
     a, c = proc(10, 5_000, 100 * SEC), proc(30, 5_000, 100 * SEC, user=1)
     tracker.advance([a, c], 100 * SEC)
-    assert tracker.advance([], 160 * SEC, carry(a), 160 * SEC).carried == {b"0::/\n": [1, 60 * SEC]}
+    outcome = tracker.advance([], 160 * SEC, carry(a), 160 * SEC)
+    assert carried(outcome) == {b"0::/\n": [1, 60 * SEC]}
     moved = proc(30, 5_000, 200 * SEC, user=4)  # not 30's cached reading (it was not seen)
     outcome = tracker.advance([], 200 * SEC, carry(a, moved), 200 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [1, 40 * SEC]}
     assert [d.reading.pid for d in outcome.deltas] == [] and outcome.refused == Counter(
         first_seen=1
     )
@@ -435,7 +442,7 @@ def test_a_block_keeping_a_process_under_another_reading_is_not_summed_as_a_carr
     tracker.advance([], 160 * SEC, carry(a, b), 160 * SEC)
     moved = proc(10, 5_000, 200 * SEC, user=4)
     outcome = tracker.advance([], 200 * SEC, carry(moved, b), 200 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 40 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [1, 40 * SEC]}
     (delta,) = outcome.deltas
     assert delta.reading is moved and delta.fields.cpu_user_nanos == 4 * TICK_NS
     assert delta.fields.observed_nanos == 40 * SEC
@@ -455,9 +462,9 @@ def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
         tracker.advance([c2, d2], 160 * SEC, block, 160 * SEC)
 
     def state(tracker: Tracker):
-        cells = {pid: (cell[0], id(cell)) for pid, cell in tracker._since.items()}
+        cells = {pid: (at.ns, id(at)) for pid, at in tracker._since.items()}
         shared = {frozenset(p for p in cells if cells[p][1] == i) for _, i in cells.values()}
-        blocks = {c: (id(members), cell[0]) for c, (members, cell) in tracker._blocks.items()}
+        blocks = {c: (id(members), at.ns) for c, (members, at) in tracker._blocks.items()}
         return (
             dict(tracker._cache),
             {p: ns for p, (ns, _) in cells.items()},
@@ -479,7 +486,7 @@ def test_a_pass_that_fails_midway_leaves_the_cache_as_it_was():
     last = [proc(30, 5_000, 250 * SEC, user=3), proc(40, 5_000, 250 * SEC, user=6)]
     after = [t.advance(last, 250 * SEC, block, 250 * SEC) for t in (failed, never)]
     assert after[0] == after[1]
-    assert after[0].carried == {b"0::/\n": [2, 2 * 90 * SEC]}
+    assert carried(after[0]) == {b"0::/\n": [2, 2 * 90 * SEC]}
     assert [delta.fields.observed_nanos for delta in after[0].deltas] == [90 * SEC] * 2
     assert state(failed) == state(never)
 
@@ -494,7 +501,7 @@ def test_a_block_of_a_failed_pass_is_not_kept():
     broken = proc(50, 5_000, 200 * SEC)._replace(threads=None)
     with pytest.raises(TypeError):
         tracker.advance([broken], 200 * SEC, block, 200 * SEC)
-    assert tracker.advance([], 300 * SEC, block, 300 * SEC).carried == {b"0::/\n": [1, 200 * SEC]}
+    assert carried(tracker.advance([], 300 * SEC, block, 300 * SEC)) == {b"0::/\n": [1, 200 * SEC]}
 
 
 def test_readings_given_as_an_iterator_are_all_guarded_and_kept():
@@ -517,11 +524,11 @@ def test_a_process_refused_from_a_block_is_not_kept_in_it():
     x2 = proc(20, 5_000, 150 * SEC)  # read by a pass the guard never saw
     block = carry(a, x2)
     outcome = tracker.advance([], 160 * SEC, block, 160 * SEC)
-    assert outcome.carried == {b"0::/\n": [1, 60 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [1, 60 * SEC]}
     (delta,) = outcome.deltas
     assert delta.reading is x2 and delta.fields.observed_nanos == 50 * SEC
     outcome = tracker.advance([], 200 * SEC, block, 200 * SEC)
-    assert outcome.carried == {b"0::/\n": [2, 40 * SEC + 50 * SEC]}
+    assert carried(outcome) == {b"0::/\n": [2, 40 * SEC + 50 * SEC]}
 
 
 def test_nothing_is_kept_of_a_process_gone_from_a_block():
@@ -536,3 +543,26 @@ def test_nothing_is_kept_of_a_process_gone_from_a_block():
     assert tracker._cache.keys() == tracker._since.keys() == {10}
     tracker.advance([proc(10, 5_000, 250 * SEC, user=1)], 250 * SEC)
     assert tracker._cache.keys() == {10} and not tracker._since
+
+
+def test_each_block_given_is_one_carried_delta_holding_the_readers_block():
+    """Every block the reader gives comes back as one `CarriedDelta` holding it (its
+    footprint sums are the reader's): accepted whole, its very mapping of readings; with
+    members refused, those left out (they are guarded as read); with every one refused,
+    none, and no block kept to continue from."""
+    tracker = Tracker(HZ)
+    a, b = proc(10, 5_000, 100 * SEC), proc(20, 5_000, 100 * SEC)
+    other = proc(30, 5_000, 100 * SEC)._replace(cgroup=b"0::/other\n")
+    tracker.advance([a, b, other], 100 * SEC)
+    whole, stranger = carry(a, b)[0], carry(proc(30, 5_000, 100 * SEC, user=1))[0]
+    stranger = stranger._replace(cgroup=other.cgroup)
+    outcome = tracker.advance([], 160 * SEC, [whole, stranger], 160 * SEC)
+    first, second = outcome.carried
+    assert first.block is whole and first.readings is whole.readings
+    assert first.cgroup == whole.cgroup and first.observed_ns == 2 * 60 * SEC
+    assert second.block is stranger and second.readings == {} and second.observed_ns == 0
+    assert [d.reading.pid for d in outcome.deltas] == [30]
+    assert tracker._blocks.keys() == {whole.cgroup}
+    part = carry(a, proc(20, 5_000, 200 * SEC, user=1))[0]  # 20 ran: not last pass's reading
+    (only,) = tracker.advance([], 200 * SEC, [part], 200 * SEC).carried
+    assert only.readings == {10: a} and only.observed_ns == 40 * SEC
