@@ -829,7 +829,16 @@ def tls_server(pki: Path, client_ca: bool = False) -> Iterator[int]:
                 return
             with contextlib.suppress(OSError), sock:
                 sock.settimeout(5)
-                with context.wrap_socket(sock, server_side=True) as tls:
+                try:
+                    tls = context.wrap_socket(sock, server_side=True)
+                except ssl.SSLError:
+                    # the alert is sent: read on until the client closes, so that closing
+                    # with its request unread does not reset the connection before the
+                    # client has read the alert (it would see a reset, not the TLS error)
+                    while sock.recv(65536):
+                        pass
+                    continue
+                with tls:
                     tls.recv(65536)
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
                     tls.sendall(body)
