@@ -638,7 +638,7 @@ def _mutants() -> Iterator[Mutant]:
         "tracker/instant-moved-midway", TRACKER,
         "        carry.moves.append((instant, at_ns))\n",
         "        carry.moves.append((instant, at_ns))\n        instant.ns = at_ns\n",
-        "a failed pass leaves a block's instant moved: the span to it lost",
+        "a block's instant moved before the pass is taken: one leaving it is read from there",
     )  # fmt: skip
     # -- collector/aggregate.py: the sums ---------------------------------------------------
     yield m(

@@ -566,3 +566,24 @@ def test_each_block_given_is_one_carried_delta_holding_the_readers_block():
     part = carry(a, proc(20, 5_000, 200 * SEC, user=1))[0]  # 20 ran: not last pass's reading
     (only,) = tracker.advance([], 200 * SEC, [part], 200 * SEC).carried
     assert only.readings == {10: a} and only.observed_ns == 40 * SEC
+
+
+@pytest.mark.parametrize("counter", ["cpu", "delay", "vol", "invol", "rd", "wr"])
+def test_a_thread_whose_any_counter_fell_is_refused_whole(counter):
+    """Each of a thread's six counters is checked on its own: one that fell (the others
+    rose) refuses the thread, counted as counter_fell, and none of its deltas is summed;
+    its sibling still counts."""
+    tracker = Tracker(HZ)
+    before = dict(cpu=10, delay=10, vol=10, invol=10, rd=10, wr=10)
+    after = {name: 5 if name == counter else 20 for name in before}
+    sibling = thread(21, 1_000, cpu=1)
+    tracker.advance([proc(20, 1_000, 100 * SEC, threads=[thread(20, 1_000, **before), sibling])],
+                    100 * SEC)  # fmt: skip
+    moved = [thread(20, 1_000, **after), thread(21, 1_000, cpu=4)]
+    outcome = tracker.advance([proc(20, 1_000, 200 * SEC, threads=moved)], 200 * SEC)
+    (delta,) = outcome.deltas
+    assert outcome.threads_refused == Counter(counter_fell=1)
+    assert delta.fields.on_cpu_nanos == 3
+    assert (delta.fields.run_delay_nanos, delta.fields.voluntary_switches,
+            delta.fields.nonvoluntary_switches, delta.fields.read_bytes,
+            delta.fields.write_bytes) == (0, 0, 0, 0, 0)  # fmt: skip
