@@ -8,12 +8,15 @@ import base64
 import contextlib
 import dataclasses
 import fcntl
+import http.client
 import io
 import json
+import locale
 import logging
 import os
 import re
 import select
+import selectors
 import signal
 import socket
 import ssl
@@ -23,12 +26,14 @@ import sys
 import termios
 import threading
 import time
+import types
 import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 import collector
 from collector import top
@@ -320,6 +325,123 @@ def test_a_group_line_gives_why_it_waited_on_the_basis_it_has():
     ]
 
 
+def test_minutes_and_hours_are_whole_on_the_minute_and_the_hour():
+    """17 minutes are 17m and 200 hours 200h: a whole unit is never shown as one less."""
+    assert top.short_time(17 * 60 * 10**9) == "17m"
+    assert top.short_time(200 * 3600 * 10**9) == "200h"
+
+
+def test_a_single_nanosecond_runnable_has_a_share():
+    """One nanosecond on a CPU or waiting for one is time runnable: its wait's share is
+    0% or 100%, not `-` (which says there was none)."""
+    assert top.share(0, 1) == "0%"
+    assert top.share(1, 0) == "100%"
+
+
+def drawn(renderable, width: int) -> list[str]:
+    """What a screen `width` columns wide (no colour) shows of `renderable`, its lines
+    without their trailing spaces."""
+    console = top.Console(width=width, height=24, color_system=None, file=io.StringIO())
+    with console.capture() as captured:
+        console.print(renderable)
+    return [line.rstrip() for line in captured.get().splitlines()]
+
+
+def test_a_pods_screen_is_its_head_its_cgroup_a_blank_line_then_its_processes():
+    """The whole screen of a pod, line by line: the head, the pod's own cgroup (its CPU,
+    its throttling and CPU pressure, each in its place), a blank line, the table; a
+    process without counters shows `-` in each of its cells, its wait's share too."""
+    labels = {"namespace": "n", "pod": "p", "uid": "u", "qos": "guaranteed"}
+    group = {"group": labels, "processes": 1, "run_delay_nanos": 0,
+             "cgroup_cpu_nanos": 200_000_000, "cpu_periods": 10, "cpu_throttled_periods": 4,
+             "cpu_throttled_nanos": 1_500_000,
+             "cpu_pressure_waiting_nanos": 1_000_000_000}  # fmt: skip
+    process = {"pid": 12, "comm": "sh", "threads": 1, "group": labels}
+    document = {"interval_seconds": 2, "timestamp": 1.7e9, "processes": [process]}
+    view = top.View({**document, "groups": [group]})
+    clock = time.strftime("%H:%M:%S", time.localtime(1.7e9))
+    assert drawn(top.render(view, top.Selection(pod=("n", "p")), 80), 80) == [
+        f"procdelta top  pod n/p  by run delay  interval 2.00s at {clock}",
+        "pod n/p  guaranteed  1 process with a delta",
+        "  cgroup CPU 200ms  throttled 4/10 periods, 1.5ms  CPU pressure 1.00s",
+        "  run delay 0",
+        "",
+        "    PID COMM             THR ON-CPU RUN-DELAY WAIT%  USER   SYS",
+        "     12 sh                 1      -         -     -     -     -",
+    ]
+
+
+def test_a_run_delay_split_is_of_the_whole_run_delay_and_a_nanosecond_is_not_none():
+    """The causes' shares are of the group's whole run delay, where the causes found do
+    not add up to it; one nanosecond of run delay, or of wall wait, is shown as such,
+    not as none."""
+    split = {
+        "run_delay_throttled_nanos": 1_000_000_000,
+        "run_delay_own_threads_nanos": 1_000_000_000,
+        "run_delay_neighbours_nanos": 0,
+    }
+    group = {"group": {"cgroup": "/x"}, "processes": 1, "run_delay_nanos": 4_000_000_000}
+    assert top.group_lines({**group, **split})[2:] == [
+        "  run delay 4.00s: 25% own limit (throttled) · 25% own threads · 0% neighbours"
+    ]
+    assert top.group_lines({**group, "run_delay_nanos": 1})[2:] == [
+        "  run delay 1ns (no split by cause this interval)"
+    ]
+    stalled = dict(zip(top.screen.KERNEL_CAUSES, (1, 0, 0), strict=True))
+    assert top.group_lines({**group, **stalled})[2:] == [
+        "  run delay 4.00s",
+        "  wall wait 1ns: 100% own limit (throttled) · 0% own threads · 0% neighbours",
+    ]
+
+
+def test_on_a_narrow_screen_each_line_and_cell_is_cut_to_fit_and_marked_cut():
+    """A screen 40 columns wide: the head, the group's lines and the line saying it has
+    no process are cut in their middle to the width; a cell cut to its column ends in
+    `…` (a PID of 4194303 is never shown as 419)."""
+    labels = {"namespace": "a-long-namespace", "pod": "a-long-pod-name-7d9f8c6b5-x2x9z"}
+    selection = top.Selection(pod=(labels["namespace"], labels["pod"]))
+    process = {"pid": 4194303, "comm": "kube-controller", "threads": 12_345,
+               "on_cpu_nanos": 987_654_321_000, "run_delay_nanos": 1_000_000,
+               "group": labels}  # fmt: skip
+    group = {"group": {**labels, "uid": "u"}, "processes": 2, "run_delay_nanos": 0}
+    view = top.View({"interval_seconds": 1, "processes": [process], "groups": [group]})
+    lines = drawn(top.render(view, selection, 40, live=True, height=20), 40)
+    assert lines[:5] == [
+        "procdelta top  pod a…l 1.00s at --:--:--",
+        "q quits",
+        "pod a-long-namespace…cesses with a delta",
+        "  own cgroup: no rea…sight, or not read)",
+        "  run delay 0",
+    ]
+    assert all(len(line) <= 40 for line in lines)
+    assert lines[-1].split()[:2] == ["419…", "kube-contro…"]
+    empty = top.View({"interval_seconds": 1, "processes": [], "groups": []})
+    lines = drawn(top.render(empty, selection, 40), 40)
+    assert lines[1] == "no process of pod a-…9z in this interval"
+
+
+def test_a_name_of_wide_characters_or_spaces_stays_on_its_one_line():
+    """Characters two columns wide (a cgroup named in Japanese): its lines are cut at the
+    screen's edge, in the plain text's 80 columns too, never wrapped onto a second line
+    (which would push the table down); a process name with spaces is cut in its cell,
+    not wrapped either."""
+    name = "/" + "日本語" * 15
+    process = {"pid": 1, "comm": "tokio runtime worker", "group": {"cgroup": name}}
+    group = {"group": {"cgroup": name}, "processes": 1, "run_delay_nanos": 0}
+    view = top.View({"interval_seconds": 1, "processes": [process], "groups": [group]})
+    lines = plain(top.render(view, top.Selection(cgroup=name), 80))
+    assert len(lines) == 7, lines  # head; the group: three lines; blank; the table: two
+    assert all(cell_len(line) <= 80 for line in lines), lines
+    assert lines[-1].rstrip() == "      1 tokio runtime …    -      -         -     -     -     -"
+
+
+def test_the_tables_heads_are_bold_on_a_terminal():
+    console = top.Console(width=80, force_terminal=True, color_system="standard")
+    with console.capture() as captured:
+        console.print(top.render(one_process(11), top.Selection(), 80))
+    assert "\x1b[1m    PID\x1b[0m" in captured.get()
+
+
 def test_threads_sort_by_the_sort_field_when_a_thread_has_it():
     rows = [top.ThreadRow(1, tid, "t", tid, 10 - tid, 0, 0) for tid in range(1, 6)]
     by_delay = top.View({"processes": []}, threads=list(rows))
@@ -447,6 +569,13 @@ def test_one_interval_is_one_answer_or_two_passes_an_interval_apart():
         top.one_interval(failed, 2, slept.append)
 
 
+def test_one_interval_whose_second_pass_fails_says_so_in_its_words():
+    failed = top.Viewer(FakeSource({}, {}), top.Selection())
+    with pytest.raises(top.TopError) as raised:
+        top.one_interval(failed, 0, lambda _: None)
+    assert str(raised.value) == "the pass over the proc filesystem failed; see the log"
+
+
 def test_printable_text_is_kept_as_it_is():
     text = "web-0 ü"
     assert top.printable(text) is text
@@ -506,6 +635,18 @@ def test_a_reused_tid_gives_no_delta_even_where_its_counters_grew(tmp_path):
     assert watch.read([10]) == []
     write_thread(tmp_path, 10, 11, "worker", 300, (9500, 900, 9, 10))
     assert watch.read([10]) == [top.ThreadRow(10, 11, "worker", 500, 100, 0, 1)]
+
+
+def test_threads_are_read_for_each_pid_and_their_interval_is_between_readings(tmp_path):
+    """A PID gone does not hide the threads of the PIDs after it; the interval is the
+    time between the two readings, whatever the clock read at the first."""
+    clock = iter(range(5 * 10**9, 10**12, 10**9))
+    watch = top.ThreadWatch(ProcFS(str(tmp_path)), clock=lambda: next(clock))
+    write_thread(tmp_path, 10, 10, "main", 100, (1000, 10, 1, 1))
+    assert watch.read([99, 10]) == []
+    write_thread(tmp_path, 10, 10, "main", 100, (1500, 20, 2, 1))
+    assert watch.read([99, 10]) == [top.ThreadRow(10, 10, "main", 500, 10, 1, 0)]
+    assert watch.interval_ns == 10**9
 
 
 def write_process(root: Path, pid: int, comm: str) -> None:
@@ -580,6 +721,24 @@ def test_threads_from_a_server_are_read_for_the_served_pids_alike_here(tmp_path)
     assert view.pids == {10: "main", 11: "worker"}
 
 
+def test_threads_from_another_nodes_server_name_the_server_and_what_to_do(tmp_path):
+    """Where the served PIDs name other processes here, the one line names the server
+    (its origin), the proc filesystem read and how to run top where they are alike."""
+    write_process(tmp_path, 10, "sshd")
+    body = json.dumps({"processes": [{"pid": 10, "comm": "main", "group": {}}]}).encode()
+    with hostile(answering(b"200 OK", body)) as (port, _):
+        selection = top.Selection(cgroup="/x", threads=True)
+        remote = top.Remote(f"http://127.0.0.1:{port}")
+        source = top.RemoteSource(remote, selection, ProcFS(str(tmp_path)))
+        with pytest.raises(top.TopError) as raised:
+            source.fetch()
+    assert str(raised.value) == (
+        f"--threads: the PIDs http://127.0.0.1:{port} serves are not this node's processes "
+        f"under {tmp_path} (0 of 1 with the same name here); run top on that node with the "
+        "host's /proc (in procdelta's pod: PROCDELTA_PATH_PROCFS)"
+    )
+
+
 def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
     """--from asks /processes for exactly what was selected: a pod by namespace and name
     (a name alone matches its namesakes in other namespaces) and the sort (the server cuts
@@ -631,9 +790,10 @@ def test_an_unreachable_server_is_one_line():
 
 
 @contextlib.contextmanager
-def hostile(answer) -> Iterator[tuple[int, list[bytes]]]:
-    """A server on 127.0.0.1 that reads each request's head, records it and hands the
-    socket to `answer(sock, port)`; (its port, the heads it read)."""
+def hostile(answer, read_head: bool = True) -> Iterator[tuple[int, list[bytes]]]:
+    """A server on 127.0.0.1 that reads each request's head (unless not `read_head`: a
+    TLS client's hello has none), records it and hands the socket to `answer(sock,
+    port)`; (its port, the heads it read)."""
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     heads: list[bytes] = []
@@ -647,7 +807,7 @@ def hostile(answer) -> Iterator[tuple[int, list[bytes]]]:
                 return
             with sock:
                 head = b""
-                while b"\r\n\r\n" not in head and (chunk := sock.recv(4096)):
+                while read_head and b"\r\n\r\n" not in head and (chunk := sock.recv(4096)):
                     head += chunk
                 heads.append(head)
                 with contextlib.suppress(OSError):
@@ -829,16 +989,18 @@ def tls_server(pki: Path, client_ca: bool = False) -> Iterator[int]:
                 return
             with contextlib.suppress(OSError), sock:
                 sock.settimeout(5)
-                try:
-                    tls = context.wrap_socket(sock, server_side=True)
-                except ssl.SSLError:
-                    # the alert is sent: read on until the client closes, so that closing
-                    # with its request unread does not reset the connection before the
-                    # client has read the alert (it would see a reset, not the TLS error)
-                    while sock.recv(65536):
-                        pass
-                    continue
+                tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 with tls:
+                    try:
+                        tls.do_handshake()
+                    except ssl.SSLError:
+                        # the alert is sent: read on (bytes, below TLS) until the client
+                        # closes, so that closing with its request unread does not reset
+                        # the connection before the client reads the alert (it would see
+                        # a reset or an end, not the TLS error)
+                        while socket.socket.recv(tls, 65536):
+                            pass
+                        continue
                     tls.recv(65536)
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
                     tls.sendall(body)
@@ -1028,6 +1190,189 @@ def test_a_document_of_another_shape_is_refused_before_it_is_drawn(document, pro
     with hostile(answer) as (port, _):
         result = procdelta("top", "--from", f"http://127.0.0.1:{port}")
     assert_one_line_error(result, "not a procdelta /processes answer", problem, status=1)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (b"500 ", b"", "500 "),  # no reason, no body: the status alone
+        (b"500 Oops", b"x" * 300, "500 " + "x" * 200),
+        (b"503 Busy", b"\xffbusy\n", "503 \ufffdbusy"),  # not UTF-8: shown, not an error
+        (b"300 Multiple Choices", b"", "300: the server redirects, which procdelta serve "
+         "never does; not followed (--from takes the server's own base URL)"),
+    ],
+)  # fmt: skip
+def test_a_refusal_is_exactly_its_status_and_what_the_server_said(status, body, said):
+    with hostile(answering(status, body)) as (port, _):
+        assert fetched(port) == f"--from http://127.0.0.1:{port}: {said}"
+
+
+def test_a_password_file_is_read_as_utf8_whatever_the_locale(tmp_path):
+    """The password's bytes are sent as written (UTF-8), under a locale of another
+    encoding too; a file that is not UTF-8 is one line naming it."""
+    secret = tmp_path / "password"
+    secret.write_bytes("pässword\n".encode())
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # ASCII
+    try:
+        source = top.RemoteSource(
+            top.Remote("http://h", username="al", password_file=str(secret)), top.Selection()
+        )
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+    token = base64.b64encode("al:pässword".encode()).decode()
+    assert source.headers["Authorization"] == f"Basic {token}"
+    secret.write_bytes(b"\xff\n")
+    with pytest.raises(top.BadValue) as raised:
+        top.RemoteSource(
+            top.Remote("http://h", username="al", password_file=str(secret)), top.Selection()
+        )
+    assert str(raised.value) == (
+        f"--from.password-file {secret}: 'utf-8' codec can't decode byte 0xff in position 0: "
+        "invalid start byte"
+    )
+
+
+def ssl_error(text: str, reason: str) -> ssl.SSLError:
+    """An SSLError as OpenSSL's come: its text and its reason."""
+    error = ssl.SSLError(1, text)
+    error.reason = reason
+    return error
+
+
+def verify_error(message: str | None) -> ssl.SSLCertVerificationError:
+    error = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    error.verify_message = message
+    return error
+
+
+@pytest.mark.parametrize(
+    ("reason", "said"),
+    [
+        (verify_error(None), "TLS: certificate verify failed (give --from.ca-file, or "
+         "--from.insecure-skip-verify)"),
+        (ssl_error("[SSL: SOME_ALERT] some alert", "SOME_ALERT"), "TLS: some alert"),
+        (ssl_error("[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure",
+                   "SSLV3_ALERT_HANDSHAKE_FAILURE"), "TLS: sslv3 alert handshake failure "
+         "(does it want a client certificate? --from.cert-file, --from.key-file)"),
+        (ssl_error("[SSL: RECORD_LAYER_FAILURE] record layer failure", "RECORD_LAYER_FAILURE"),
+         "TLS: record layer failure (is it plain http?)"),
+        (ConnectionResetError(104, "Connection reset by peer"),
+         "the connection was closed before an answer (is it https?)"),
+        (http.client.BadStatusLine("SSH-2.0-OpenSSH\r\n"),
+         "not an HTTP answer: BadStatusLine('SSH-2.0-OpenSSH\\r\\n')"),
+        (ValueError("x" * 300), "cannot connect: " + "x" * 200),
+    ],
+    ids=["unverified", "tls", "handshake", "record-layer", "reset", "not-http", "other"],
+)  # fmt: skip
+def test_each_way_a_server_cannot_be_reached_is_said_with_what_to_try(reason, said):
+    assert top.remote._unreachable(reason) == said
+
+
+def test_each_connection_of_from_waits_the_request_timeout_at_most(monkeypatch):
+    """Connecting and each read are bounded by REQUEST_TIMEOUT, over http and https (the
+    deadline's timer cannot cut a connect short: there is no socket yet to shut)."""
+    timeouts: list[float | None] = []
+
+    def recording(real):
+        def connection(*args, **kwargs):
+            timeouts.append(kwargs.get("timeout"))
+            return real(*args, **kwargs)
+
+        return connection
+
+    client = types.SimpleNamespace(
+        HTTPConnection=recording(http.client.HTTPConnection),
+        HTTPSConnection=recording(http.client.HTTPSConnection),
+        HTTPException=http.client.HTTPException,
+    )
+    monkeypatch.setattr(top.remote, "http", types.SimpleNamespace(client=client))
+    port = free_port()  # nothing listens there
+    for scheme in ("http", "https"):
+        assert fetched(port, scheme).endswith(": cannot connect: Connection refused")
+    assert timeouts == [top.REQUEST_TIMEOUT, top.REQUEST_TIMEOUT]
+
+
+def test_an_answer_over_the_cap_is_refused_as_soon_as_the_cap_is_passed(monkeypatch):
+    """One byte past the cap is read, no more: an answer that says it is larger is refused
+    then, without waiting for the rest (which the server may never send)."""
+    monkeypatch.setattr(top.remote, "MAX_ANSWER_BYTES", 1 << 20)
+    monkeypatch.setattr(top.remote, "REQUEST_TIMEOUT", 2.0)
+    done = threading.Event()
+
+    def stalls(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (2 << 20))
+        sock.sendall(b" " * ((1 << 20) + 1))
+        done.wait(10)  # the rest never comes
+
+    with hostile(stalls) as (port, _):
+        try:
+            said = fetched(port)
+        finally:
+            done.set()
+    assert said.endswith(": an answer over 1 MiB is no procdelta /processes answer"), said
+
+
+def test_a_server_that_trickles_its_status_line_is_cut_off_at_the_deadline(monkeypatch):
+    """The deadline cuts the exchange wherever it is: in the status line, what was read
+    of it is no answer within the deadline, not a malformed answer."""
+    monkeypatch.setattr(top.remote, "REQUEST_TIMEOUT", 0.5)
+
+    def trickle(sock: socket.socket, port: int) -> None:
+        for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+            sock.sendall(bytes([byte]))
+            time.sleep(0.1)
+
+    with hostile(trickle) as (port, _):
+        said = fetched(port)
+    assert said == (
+        f"--from http://127.0.0.1:{port}: no answer within 0.5s (an https URL for a plain "
+        "http serve?)"
+    )
+
+
+@contextlib.contextmanager
+def thread_errors() -> Iterator[list]:
+    """The exceptions that end a thread meanwhile (each one a traceback on stderr)."""
+    raised: list = []
+    hook = threading.excepthook
+    threading.excepthook = raised.append
+    try:
+        yield raised
+    finally:
+        threading.excepthook = hook
+
+
+def test_the_deadline_cuts_a_tls_handshake_and_the_body_of_a_closing_answer(monkeypatch):
+    """The deadline cuts the exchange wherever the server trickles: during the TLS
+    handshake (the socket then held by TLS) and during the body of an answer that says it
+    closes the connection (the socket then held by the answer, not the connection). Each
+    server would trickle for 3 s; the fetch ends at the deadline of 0.5 s, said in one
+    line, and the deadline's timer leaves no traceback."""
+    monkeypatch.setattr(top.remote, "REQUEST_TIMEOUT", 0.5)
+
+    def handshake(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB, trickled
+        for _ in range(30):
+            sock.sendall(b"\x00")
+            time.sleep(0.1)
+
+    def closing(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 40\r\n\r\n")
+        for _ in range(30):
+            sock.sendall(b" ")
+            time.sleep(0.1)
+
+    for scheme, answer in (("https", handshake), ("http", closing)):
+        with thread_errors() as raised, hostile(answer, read_head=scheme == "http") as (port, _):
+            started = time.monotonic()
+            said = fetched(port, scheme, insecure_skip_verify=scheme == "https")
+            took = time.monotonic() - started
+            for timer in [t for t in threading.enumerate() if isinstance(t, threading.Timer)]:
+                timer.join(5)
+        assert said.endswith(": no answer within 0.5s (an https URL for a plain http serve?)")
+        assert took < 2.0, (scheme, took)  # not the 3 s the server trickles for
+        assert raised == []
 
 
 def test_a_server_without_the_processes_view_is_one_line():
@@ -1432,6 +1777,183 @@ def test_the_live_loop_goes_on_refreshing_after_its_input_ends():
 def test_a_first_view_that_fails_ends_the_live_loop_with_its_error():
     with live_pipes() as (keys, _, resized, _), pytest.raises(top.TopError, match="refused"):
         live_loop(Steps(top.TopError("refused")), 60, keys, resized)
+
+
+class Clock:
+    """terminal.py's `time`: a monotonic clock that moves only by its sleeps (each one
+    kept), the steps and the waits that move it."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class SlowSteps(Steps):
+    """Steps that each take `takes` seconds of `clock`."""
+
+    def __init__(self, clock: Clock, takes: float, *views):
+        super().__init__(*views)
+        self.clock, self.takes = clock, takes
+
+    def step(self):
+        self.clock.now += self.takes
+        return super().step()
+
+
+def test_plain_text_is_each_screen_at_80_columns_an_interval_after_the_last_was_due(
+    monkeypatch,
+):
+    """Each block is the view's screen as it is drawn, where its passes come from and how
+    often, 80 columns whatever the environment's COLUMNS says; the next one comes an
+    interval after the last was due, not an interval after it was printed."""
+    monkeypatch.setenv("COLUMNS", "40")
+    clock = Clock()
+    monkeypatch.setattr(top.terminal, "time", clock)
+    viewer = SlowSteps(clock, 0.2, None, one_process(11), one_process(22))
+    viewer.origin = "http://x:1"
+    out = io.StringIO()
+    top.run_plain(viewer, top.Selection(), 0.5, out)
+    block = [
+        "procdelta top  node  by run delay  interval 1.00s at --:--:--",
+        "from http://x:1 (its passes; refreshed every 0.5s)",
+        "",
+        "    PID COMM             THR ON-CPU RUN-DELAY WAIT%  USER   SYS GROUP",
+        "     {} x                  -      -         -     -     -     - /a",
+    ]
+    assert out.getvalue() == "\n".join([*block, "", *block, ""]).format(11, 22)
+    assert clock.slept == pytest.approx([0.3, 0.3, 0.3])
+
+
+class TickingSelectors:
+    """terminal.py's `selectors` on a Clock: a wait returns at once what is ready, or else
+    moves the clock by its timeout; each wait's timeout kept."""
+
+    EVENT_READ = selectors.EVENT_READ
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def DefaultSelector(self):
+        return TickingSelector(self)
+
+
+class TickingSelector:
+    def __init__(self, ticking: TickingSelectors):
+        self.ticking = ticking
+        self.real = selectors.DefaultSelector()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.real.close()
+
+    def register(self, fd: int, events: int) -> None:
+        self.real.register(fd, events)
+
+    def unregister(self, fd: int) -> None:
+        self.real.unregister(fd)
+
+    def select(self, timeout: float):
+        self.ticking.waits.append(timeout)
+        ready = self.real.select(0)
+        if not ready:
+            self.ticking.clock.now += timeout
+        return ready
+
+
+def test_the_live_loop_refreshes_an_interval_after_the_last_was_due(monkeypatch):
+    """The first refresh an interval after the first view is drawn; each next one an
+    interval after the last was due: a view that takes 0.2 s of a 0.5 s interval leaves
+    0.3 s to wait."""
+    clock = Clock()
+    ticking = TickingSelectors(clock)
+    monkeypatch.setattr(top.terminal, "time", clock)
+    monkeypatch.setattr(top.terminal, "selectors", ticking)
+    viewer = SlowSteps(clock, 0.2, one_process(11), one_process(22), one_process(33))
+    with live_pipes() as (keys, _typed, resized, _resize), pytest.raises(KeyboardInterrupt):
+        live_loop(viewer, 0.5, keys, resized)
+    assert viewer.steps == 4
+    assert ticking.waits == pytest.approx([0.5, 0.3, 0.3])
+
+
+def test_the_live_screen_is_drawn_to_the_consoles_height_with_where_it_comes_from():
+    """A live screen: its head says where its passes come from and how often, then how
+    to quit; no more rows than the console is high."""
+    processes = [{"pid": pid, "comm": "x", "group": {"cgroup": "/a"}} for pid in range(1, 31)]
+    viewer = Steps(top.View({"interval_seconds": 1, "processes": processes}))
+    viewer.origin = "http://x:1"
+    with live_pipes() as (keys, typed, resized, _resize):
+        os.write(typed, b"q")
+        live = live_loop(viewer, 60, keys, resized)
+    (screen,) = live.drawn
+    lines = screen.splitlines()
+    assert lines[:4] == [
+        "procdelta top  node  by run delay  interval 1.00s at --:--:--",
+        "from http://x:1 (its passes; refreshed every 60s)",
+        "q quits",
+        "",
+    ]
+    assert [line.split()[0] for line in lines[4:]] == ["PID", *map(str, range(1, 25))]
+
+
+def test_the_live_screen_on_a_terminal_reads_keys_in_cbreak_mode_and_gives_it_back(
+    monkeypatch,
+):
+    """On a terminal: rich's alternate screen, drawn only when `top` says (no refresh
+    thread of rich's), stdout and stderr left alone; stdin in cbreak mode while it runs
+    (each key read as it is typed, not echoed), a `q` typed there quits at once, and the
+    terminal's modes come back as they were."""
+    master, slave = os.openpty()
+    before = termios.tcgetattr(slave)
+    lives = []
+
+    class Recording:
+        """rich's Live: its arguments, and the terminal's local modes at each draw (the
+        first one types `q`)."""
+
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.modes: list[int] = []
+            lives.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def update(self, renderable, refresh: bool) -> None:
+            self.modes.append(termios.tcgetattr(slave)[3])
+            os.write(master, b"q")
+
+    stdin = open(slave, "rb", buffering=0, closefd=False)  # noqa: SIM115
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(top.terminal, "Live", Recording)
+    viewer = Steps(one_process(11), one_process(22))
+    try:
+        top.run_live(viewer, top.Selection(), 2.0)
+        after = termios.tcgetattr(slave)
+    finally:
+        stdin.close()
+        os.close(master)
+        os.close(slave)
+    (live,) = lives
+    console = live.kwargs.get("console")
+    assert isinstance(console, top.Console)
+    assert live.kwargs == {"console": console, "screen": True, "auto_refresh": False,
+                           "redirect_stdout": False, "redirect_stderr": False}  # fmt: skip
+    assert viewer.steps == 1  # quit by the q, before a refresh
+    assert live.modes and all(not mode & (termios.ICANON | termios.ECHO) for mode in live.modes)
+    assert after == before
 
 
 def test_the_live_screen_off_a_terminal_ends_quietly_on_ctrl_c(capsys):

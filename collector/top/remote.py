@@ -156,16 +156,34 @@ class RemoteSource:
                 parts.hostname, parts.port, timeout=REQUEST_TIMEOUT
             )
         expired = threading.Event()
+        # A second descriptor of the connection's socket: the deadline shuts the socket
+        # down through it (waking a read blocked on a server that trickles), whatever
+        # holds the first (TLS, during the handshake and after; the answer, which takes
+        # it from the connection when it says Connection: close).
+        held: list[socket.socket] = []
 
-        def expire() -> None:  # wakes a read blocked on a server that trickles
+        def expire() -> None:
             expired.set()
-            with contextlib.suppress(OSError, AttributeError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
+            for sock in held:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
         deadline = threading.Timer(REQUEST_TIMEOUT, expire)
         deadline.daemon = True
         deadline.start()
         try:
+            raw = socket.create_connection(
+                (connection.host, connection.port), timeout=REQUEST_TIMEOUT
+            )
+            held.append(raw)
+            held.append(raw.dup())
+            if expired.is_set():
+                raise TimeoutError
+            connection.sock = (
+                raw
+                if self.context is None
+                else self.context.wrap_socket(raw, server_hostname=connection.host)
+            )
             connection.request("GET", f"{parts.path}?{parts.query}", headers=self.headers)
             response = connection.getresponse()
             if response.status != 200:
@@ -182,6 +200,8 @@ class RemoteSource:
         finally:
             deadline.cancel()
             connection.close()
+            for sock in held:
+                sock.close()
         if len(body) > MAX_ANSWER_BYTES:
             raise TopError(
                 f"{where}: an answer over {MAX_ANSWER_BYTES >> 20} MiB is no procdelta "
