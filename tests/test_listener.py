@@ -696,6 +696,30 @@ def test_checks_and_views_each_run_in_the_listeners_own_worker():
     assert threads["/aside"].startswith("views") and threads["/held"].startswith("views")
 
 
+def test_each_place_taken_is_given_back_once_its_answer_is_made_and_written():
+    """Every answer gives back the place it took, whatever its kind: after a gate, a view
+    made aside, an answer made on request and one written at once, one at a time and
+    more than each bound, nothing is counted in flight, waiting or aside."""
+
+    def handler(request: Request) -> Response | Deferred:
+        kind = request.path[1:]
+        if kind == "now":
+            return Response(200, b"now\n")
+        return Deferred(lambda: Response(200, b"made\n"), gate=kind == "gate",
+                        aside=kind == "aside")  # fmt: skip
+
+    with listening(handler, Limits(max_requests=2)) as listener:
+        port = listener.server_address[1]
+        admission = listener.admission
+        for kind in ("gate", "aside", "held", "now") * (MAX_ASIDE + 1):
+            assert request(port, f"/{kind}")[0] == 200
+            wait_until(
+                lambda: (admission.in_flight, admission.gates, admission.aside) == (0, 0, 0),
+                10,
+                f"every place given back after /{kind}",
+            )
+
+
 def test_a_connection_cut_by_the_server_is_logged_with_why_unless_merely_idle(caplog):
     """At debug level: a connection without a whole request by the head's deadline, and
     one evicted by a newer past the connection bound, are logged with the client and why;
