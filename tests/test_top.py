@@ -26,7 +26,6 @@ import sys
 import termios
 import threading
 import time
-import types
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -1273,20 +1272,13 @@ def test_each_connection_of_from_waits_the_request_timeout_at_most(monkeypatch):
     """Connecting and each read are bounded by REQUEST_TIMEOUT, over http and https (the
     deadline's timer cannot cut a connect short: there is no socket yet to shut)."""
     timeouts: list[float | None] = []
+    connect = socket.create_connection
 
-    def recording(real):
-        def connection(*args, **kwargs):
-            timeouts.append(kwargs.get("timeout"))
-            return real(*args, **kwargs)
+    def recording(address, timeout=None, *args, **kwargs):
+        timeouts.append(timeout)
+        return connect(address, timeout, *args, **kwargs)
 
-        return connection
-
-    client = types.SimpleNamespace(
-        HTTPConnection=recording(http.client.HTTPConnection),
-        HTTPSConnection=recording(http.client.HTTPSConnection),
-        HTTPException=http.client.HTTPException,
-    )
-    monkeypatch.setattr(top.remote, "http", types.SimpleNamespace(client=client))
+    monkeypatch.setattr(top.remote.socket, "create_connection", recording)
     port = free_port()  # nothing listens there
     for scheme in ("http", "https"):
         assert fetched(port, scheme).endswith(": cannot connect: Connection refused")

@@ -147,14 +147,10 @@ class RemoteSource:
         and the document's shape is checked before anything is drawn."""
         where = f"--from {self.origin}"
         parts = urllib.parse.urlsplit(self.url)
-        if self.context is not None:
-            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                parts.hostname, parts.port, timeout=REQUEST_TIMEOUT, context=self.context
-            )
-        else:
-            connection = http.client.HTTPConnection(
-                parts.hostname, parts.port, timeout=REQUEST_TIMEOUT
-            )
+        # The socket is this function's own (below), TLS included: the connection only
+        # speaks HTTP over it.
+        port = parts.port or (80 if self.context is None else 443)
+        connection = http.client.HTTPConnection(parts.hostname, port)
         expired = threading.Event()
         # A second descriptor of the connection's socket: the deadline shuts the socket
         # down through it (waking a read blocked on a server that trickles), whatever
