@@ -310,14 +310,16 @@ def test_an_answer_made_for_an_authenticated_client_never_reaches_another(tmp_pa
         assert not any("write_bytes" in row for row in json.loads(body)["processes"])
 
 
-def test_views_a_second_are_bounded_and_scrapes_go_on():
-    """A view is for a person: past VIEWS_PER_SECOND at once, 503 with Retry-After, and
-    /metrics answers meanwhile; the budget comes back with time."""
+def test_views_a_second_are_bounded_and_scrapes_go_on(caplog):
+    """A view is for a person: past VIEWS_PER_SECOND at once, 503 with Retry-After, logged
+    with the client, and /metrics answers meanwhile; the budget comes back with time."""
     loop = PassLoop(CountingEngine(groups=1), interval=60)
     loop.run_pass()
-    with serving(loop) as port:
+    with caplog.at_level("INFO", logger="collector.listener"), serving(loop) as port:
         statuses = [request(port, "/processes")[0] for _ in range(VIEWS_PER_SECOND + 5)]
         assert statuses.count(200) >= VIEWS_PER_SECOND and 503 in statuses
+        refusals = [r.getMessage() for r in caplog.records if r.name == "collector.listener"]
+        assert refusals[0] == "refused 127.0.0.1: GET /processes: 503: views a second"
         status, headers, body = request(port, "/processes")
         assert status == 503 and headers["Retry-After"] == "1" and b"views a second" in body
         assert request(port, "/metrics")[0] == 200
