@@ -11,6 +11,7 @@ from collector.http11 import (
     Heads,
     Request,
     Response,
+    _bare_lf,
     accepted,
     has_token,
     plain,
@@ -208,6 +209,22 @@ def test_a_bare_lf_is_refused_before_the_head_ends():
     heads = Heads()
     heads.add(b"\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")  # an empty line first: skipped
     assert isinstance(heads.take(), bytes)
+    heads = Heads()
+    heads.add(b"GET / HTTP/1.1\nHost: x\r\n")  # a line ended right after the bare LF
+    assert heads.take() == plain(400, "a line of the request head ends without CR")
+
+
+@pytest.mark.parametrize(
+    ("data", "bare"),
+    [
+        (b"\nGET\r", True),  # an LF first has no CR before it (not the one at the end)
+        (b"A\r\nB\nC", True),
+        (b"A\r\nB\r\n", False),
+        (b"", False),
+    ],
+)
+def test_an_lf_is_bare_unless_a_cr_is_right_before_it(data, bare):
+    assert _bare_lf(bytearray(data), 0, len(data)) is bare
 
 
 @pytest.mark.parametrize(
