@@ -219,6 +219,8 @@ def test_a_bare_lf_is_refused_before_the_head_ends():
     [
         (b"\nGET\r", True),  # an LF first has no CR before it (not the one at the end)
         (b"A\r\nB\nC", True),
+        (b"A\r\nB\nC\r\nD", True),  # each LF looked at, not only the first and the last
+        (b"A\r\n\nB", True),  # an LF right after another
         (b"A\r\nB\r\n", False),
         (b"", False),
     ],
