@@ -922,6 +922,29 @@ def test_a_connection_mid_request_is_not_evicted_for_a_newer_one():
                 release.set()
 
 
+def test_a_connection_that_begins_its_next_request_is_evicted_after_one_silent_since():
+    """A connection answered and idle that starts its next request waits anew, as the
+    newest: past the bound, one that has sent nothing since it came is evicted first."""
+    with listening(hello, Limits(max_connections=2)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as talking:
+            talking.sendall(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+            rest = bytearray()
+            assert read_answer(talking, rest)[1] == b"GET /one\n"
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+                wait_until(lambda: listener.admission.connections == 2, 10, "two connections")
+                talking.sendall(b"GET /two HT")
+                wait_until(
+                    lambda: any(len(c.buffer) for c in list(listener.admission.waiting)),
+                    10,
+                    "the next request begun",
+                )
+                with socket.create_connection(("127.0.0.1", port)):
+                    assert closed_by_server(silent, 5)
+            talking.sendall(b"TP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(talking, rest)[1] == b"GET /two\n"
+
+
 @pytest.mark.parametrize(
     ("kind", "waiting", "said", "logged"),
     [
