@@ -5,6 +5,8 @@ and server a test makes is closed when it ends, failed or not."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import os
 import resource
@@ -920,6 +922,45 @@ def test_a_connection_mid_request_is_not_evicted_for_a_newer_one():
                     assert read_answer(busy, bytearray())[1] == b"held\n"
             finally:
                 release.set()
+
+
+class _Unnamed(asyncio.Transport):
+    """A transport whose client left before its address was read (`peername` None)."""
+
+    aborted = False
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        pass
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_a_client_gone_before_its_address_is_read_is_named_by_a_question_mark(caplog):
+    """asyncio gives no `peername` for a client that reset its connection before it was
+    read: the connection goes on, and the log names its client `?`."""
+    transport = _Unnamed()
+    made: concurrent.futures.Future[None] = concurrent.futures.Future()
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(hello, Limits(header_timeout=0.05)) as listener,
+    ):
+
+        def connect() -> None:
+            try:
+                listener._protocol().connection_made(transport)
+                made.set_result(None)
+            except Exception as error:
+                made.set_exception(error)
+
+        listener.loop.call_soon_threadsafe(connect)
+        made.result(5)
+        wait_until(lambda: transport.aborted, 5, "the head's deadline")
+    lines = [r.getMessage() for r in caplog.records if r.name == "collector.listener"]
+    assert "closing the connection of ?: no whole request in time" in lines
 
 
 def test_a_connection_that_begins_its_next_request_is_evicted_after_one_silent_since():
