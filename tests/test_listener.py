@@ -236,6 +236,47 @@ def test_a_request_head_has_one_deadline_however_slowly_it_comes():
             assert closed_by_server(kept, 5)
 
 
+def test_a_kept_alive_connection_stalled_in_its_next_head_is_closed_and_logged(caplog):
+    """The first byte of a kept-alive connection's next request starts that head's deadline
+    (not the idle one's), and the line logged when it passes says why."""
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(hello, Limits(header_timeout=0.2)) as listener,
+    ):
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as kept:
+            kept.sendall(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(kept, bytearray())[1] == b"GET /one\n"
+            kept.sendall(b"GET /two HT")
+            assert closed_by_server(kept, 5)
+    lines = [r.getMessage() for r in caplog.records if r.name == "collector.listener"]
+    assert "closing the connection of 127.0.0.1: no whole request in time" in lines
+
+
+def test_bytes_sent_while_an_answer_is_made_start_no_deadline_under_it():
+    """A client that sends the start of its next request while its answer is being made
+    gets that answer, however long past a head's deadline it takes: the next head's
+    deadline starts once the answer is written."""
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held, Limits(header_timeout=0.2)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            try:
+                client.sendall(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.admission.in_flight == 1, 10, "in flight")
+                client.sendall(b"GET /2 HT")
+                time.sleep(0.6)  # three heads' deadlines
+                release.set()
+                assert read_answer(client, bytearray())[1] == b"held\n"
+                assert closed_by_server(client, 5)  # then the second head's deadline
+            finally:
+                release.set()
+
+
 def test_max_requests_answered_at_once_then_503():
     release = threading.Event()
 
