@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from collector.http11 import MAX_HEAD_BYTES, Request, Response
+from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response
 from collector.listener import MAX_ASIDE, Deferred, Limits, Listener, RefusalLog
 from tests.net import free_port, request, start_serve, wait_until
 
@@ -903,6 +903,7 @@ def test_a_client_gone_before_its_answer_is_made_frees_its_place_once():
             releases[0].set()
             wait_until(lambda: listener.admission.in_flight == 0, 10, "its place freed")
             time.sleep(0.2)
+            assert not listener.admission.waiting  # not waiting for a next request either
             with socket.create_connection(("127.0.0.1", port), timeout=10) as waiting:
                 waiting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
                 wait_until(lambda: listener.admission.in_flight == 1, 10, "the next one in flight")
@@ -912,6 +913,59 @@ def test_a_client_gone_before_its_answer_is_made_frees_its_place_once():
         finally:
             for release in releases:
                 release.set()
+
+
+def test_reading_pauses_behind_a_request_in_flight_only_past_one_heads_size():
+    """What a client sends while its request is answered is read up to one head's size
+    (64 KiB), and the reading pauses at the byte past it; it resumes once the answer is
+    written (that head, too large, is then refused)."""
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with listening(held) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            try:
+                client.sendall(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                wait_until(lambda: listener.admission.in_flight == 1, 10, "in flight")
+                (connection,) = listener.connections
+                start = b"GET /2 HTTP/1.1\r\nHost: x\r\nX: "
+                client.sendall(start + b"a" * (MAX_HEAD_BYTES - len(start)))
+                wait_until(lambda: len(connection.buffer) == MAX_HEAD_BYTES, 10, "a head read")
+                assert not connection.paused
+                client.sendall(b"a")
+                wait_until(lambda: connection.paused, 10, "the reading paused")
+                release.set()
+                rest = bytearray()
+                assert read_answer(client, rest)[1] == b"held\n"
+                head, body = read_answer(client, rest)
+                assert head.startswith(b"HTTP/1.1 431 ") and body == b"request head too large\n"
+            finally:
+                release.set()
+
+
+def test_a_fault_of_the_servers_own_while_reading_drops_that_connection_only(caplog, monkeypatch):
+    """An exception raised by the server's own code while it reads a request (a bug, no
+    client's fault) aborts that connection with one line at debug level, no traceback; the
+    listener goes on."""
+
+    def broken(self: Heads) -> None:
+        raise RuntimeError("boom")
+
+    with (
+        caplog.at_level("DEBUG", logger="collector.listener"),
+        listening(hello) as listener,
+    ):
+        port = listener.server_address[1]
+        monkeypatch.setattr(Heads, "take", broken)
+        assert exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+        monkeypatch.undo()
+        assert request(port, "/")[0] == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "collector.listener"]
+    assert "request from 127.0.0.1 dropped: RuntimeError('boom')" in lines
+    assert not any(r.exc_info for r in caplog.records)
 
 
 def test_reading_pauses_again_for_each_request_answered_with_more_behind():
