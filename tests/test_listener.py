@@ -12,6 +12,7 @@ import os
 import resource
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -737,6 +738,76 @@ def test_checks_and_views_each_run_in_the_listeners_own_worker():
             assert request(port, f"/{kind}")[0] == 200
     assert threads["/gate"].startswith("auth")
     assert threads["/aside"].startswith("views") and threads["/held"].startswith("views")
+
+
+def test_checks_run_one_at_a_time_and_views_one_at_a_time():
+    """The `auth` and `views` workers are one thread each: wrong passwords cost one CPU
+    at most, and views made at once share no GIL they would fight for."""
+    running = {"auth": 0, "views": 0}
+    most = dict(running)
+    lock = threading.Lock()
+
+    def handler(request: Request) -> Deferred:
+        gate = request.path == "/gate"
+        pool = "auth" if gate else "views"
+
+        def work() -> Response:
+            with lock:
+                running[pool] += 1
+                most[pool] = max(most[pool], running[pool])
+            time.sleep(0.2)
+            with lock:
+                running[pool] -= 1
+            return Response(200, b"made\n")
+
+        return Deferred(work, gate=gate, aside=request.path == "/aside")
+
+    with listening(handler) as listener:
+        port = listener.server_address[1]
+        statuses: list[int] = []
+        clients = [
+            threading.Thread(target=lambda path=path: statuses.append(request(port, path)[0]))
+            for path in ("/gate", "/gate", "/gate", "/aside", "/aside", "/held")
+        ]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(20)
+    assert statuses == [200] * 6
+    assert most == {"auth": 1, "views": 1}  # /aside and /held are both views
+
+
+@pytest.mark.parametrize(
+    ("soft", "bound"),
+    [(1000, 936), (80, 16), (resource.RLIM_INFINITY, Limits().max_connections)],
+)
+def test_connections_are_bounded_below_the_open_files_limit(monkeypatch, soft, bound):
+    """64 descriptors below the soft open files limit (16 at least), so that evicting a
+    connection comes before accept() fails."""
+    real = resource.getrlimit
+    monkeypatch.setattr(
+        resource,
+        "getrlimit",
+        lambda which: (soft, real(which)[1]) if which == resource.RLIMIT_NOFILE else real(which),
+    )
+    listener = Listener(socket.socket(), hello)
+    monkeypatch.undo()
+    try:
+        assert listener.limits.max_connections == min(bound, Limits().max_connections)
+    finally:
+        listener.server_close()
+
+
+def test_the_listening_socket_queues_1024_connections_not_yet_accepted():
+    """A burst of scrapers and probes waits in the kernel's queue, not refused: the queue
+    the listener asks for (`ss` reads it back as Send-Q of a listening socket)."""
+    with listening(hello) as listener:
+        port = listener.server_address[1]
+        assert request(port, "/")[0] == 200  # serving
+        shown = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    assert shown[:3] == ["LISTEN", "0", "1024"], shown
 
 
 def test_each_place_taken_is_given_back_once_its_answer_is_made_and_written():
