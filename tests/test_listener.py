@@ -36,7 +36,15 @@ def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterato
     sock.listen(128)
     sock.setblocking(False)
     listener = Listener(sock, handler, limits=limits)
-    thread = threading.Thread(target=listener.serve_forever)
+    raised: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            listener.serve_forever()
+        except BaseException as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=serve)
     thread.start()
     try:
         yield listener
@@ -44,6 +52,8 @@ def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterato
         listener.shutdown()
         listener.server_close()
         thread.join(10)
+    assert not thread.is_alive(), "serve_forever did not return"
+    assert not raised, f"serve_forever raised {raised[0]!r}"  # nor at its shutdown
 
 
 def hello(request: Request) -> Response:
@@ -808,6 +818,30 @@ def test_the_listening_socket_queues_1024_connections_not_yet_accepted():
             ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
         ).stdout.split()
     assert shown[:3] == ["LISTEN", "0", "1024"], shown
+
+
+def test_shutdown_while_answers_are_made_and_connections_open_returns_cleanly():
+    """`shutdown` with a connection idle and an answer being made in a worker: the
+    connections are closed, the answer's task cancelled, and `serve_forever` returns
+    without raising (`listening` checks it)."""
+    release = threading.Event()
+
+    def held(request: Request) -> Deferred:
+        return Deferred(lambda: (release.wait(20), Response(200, b"held\n"))[1])
+
+    with (
+        listening(held) as listener,
+        socket.create_connection(("127.0.0.1", listener.server_address[1]), timeout=10) as busy,
+        socket.create_connection(("127.0.0.1", listener.server_address[1]), timeout=10) as idle,
+    ):
+        try:
+            busy.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            wait_until(lambda: listener.admission.in_flight == 1, 10, "an answer being made")
+            wait_until(lambda: len(listener.connections) == 2, 10, "two connections")
+            listener.shutdown()
+            assert closed_by_server(idle, 5) and closed_by_server(busy, 5)
+        finally:
+            release.set()
 
 
 def test_each_place_taken_is_given_back_once_its_answer_is_made_and_written():
