@@ -844,6 +844,34 @@ def test_shutdown_while_answers_are_made_and_connections_open_returns_cleanly():
             release.set()
 
 
+@pytest.mark.parametrize(("check", "view"), [(0.6, 0.1), (0.1, 0.6)])
+def test_server_close_waits_for_the_work_in_flight_and_leaves_no_descriptor(check, view):
+    """`server_close` returns once the checks and views being made have ended (nothing
+    runs past it, whichever ends last), and with the event loop's descriptors closed."""
+    before = len(os.listdir("/proc/self/fd"))
+    ended: list[str] = []
+
+    def handler(request: Request) -> Deferred:
+        def work() -> Response:
+            time.sleep(check if request.path == "/gate" else view)
+            ended.append(request.path)
+            return Response(200, b"made\n")
+
+        return Deferred(work, gate=request.path == "/gate", aside=request.path == "/aside")
+
+    with contextlib.ExitStack() as clients:
+        with listening(handler) as listener:
+            port = listener.server_address[1]
+            for path in ("/gate", "/aside"):
+                client = clients.enter_context(socket.create_connection(("127.0.0.1", port)))
+                client.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            wait_until(lambda: listener.admission.gates == 1, 10, "a check being made")
+            wait_until(lambda: listener.admission.aside == 1, 10, "a view being made")
+        assert sorted(ended) == ["/aside", "/gate"]
+        assert listener.loop.is_closed()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_each_place_taken_is_given_back_once_its_answer_is_made_and_written():
     """Every answer gives back the place it took, whatever its kind: after a gate, a view
     made aside, an answer made on request and one written at once, one at a time and
