@@ -464,7 +464,7 @@ def test_failures_a_client_can_cause_are_logged_as_seldom_as_refusals(caplog):
 
 def test_refusals_are_logged_at_most_once_every_ten_seconds(caplog):
     now = [0.0]
-    refusals = RefusalLog(every=10, monotonic=lambda: now[0])
+    refusals = RefusalLog(monotonic=lambda: now[0])  # the default, as docs/deploy.md says
     with caplog.at_level("INFO", logger="collector.listener"):
         for second in range(25):
             now[0] = float(second)
