@@ -1656,20 +1656,27 @@ def test_plain_text_off_a_terminal_fits_80_columns(workloads):
     assert re.search(rf"^ *{workloads['throttled']} {LEADER} +2 ", pod, re.M)
 
 
+class ViewsEnd(Exception):
+    """A viewer asked for a view past those a test gave it: the live loop's end in a test
+    (an exception a test catches, where a KeyboardInterrupt escaping would stop the whole
+    session rather than fail one test)."""
+
+
 class Steps:
     """A viewer whose steps hand out `views` in turn (an exception is raised), then raise
-    KeyboardInterrupt."""
+    `end`: ViewsEnd, or KeyboardInterrupt where Ctrl-C is what the test is about."""
 
     origin = ""
 
-    def __init__(self, *views):
+    def __init__(self, *views, end: type[BaseException] = ViewsEnd):
         self.views = list(views)
+        self.end = end
         self.steps = 0
 
     def step(self):
         self.steps += 1
         if not self.views:
-            raise KeyboardInterrupt
+            raise self.end
         view = self.views.pop(0)
         if isinstance(view, Exception):
             raise view
@@ -1681,11 +1688,23 @@ def one_process(pid: int) -> top.View:
     return top.View({"interval_seconds": 1, "processes": [process]})
 
 
+@contextlib.contextmanager
+def ctrl_c_is_caught(where: str) -> Iterator[None]:
+    """A KeyboardInterrupt escaping `where` fails the test (it would otherwise stop the
+    whole session)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        pytest.fail(f"Ctrl-C escaped {where}")
+
+
 def test_plain_text_is_a_block_per_interval_until_interrupted():
     """Off a terminal: nothing for a first pass, then each interval's block, a blank line
     between blocks, no trailing spaces; Ctrl-C ends it quietly."""
     out = io.StringIO()
-    top.run_plain(Steps(None, one_process(11), one_process(22)), top.Selection(), 0, out)
+    viewer = Steps(None, one_process(11), one_process(22), end=KeyboardInterrupt)
+    with ctrl_c_is_caught("run_plain"):
+        top.run_plain(viewer, top.Selection(), 0, out)
     text = out.getvalue()
     assert text.startswith("procdelta top  node") and text.endswith(" /a\n")
     blocks = text.split("\n\nprocdelta top  node")
@@ -1744,13 +1763,13 @@ def test_the_live_loop_redraws_on_a_key_or_a_resize_and_quits_on_q():
 def test_the_live_loop_refreshes_every_interval_and_keeps_the_last_view_on_a_failure():
     with live_pipes() as (keys, _typed, resized, _resize):
         viewer = Steps(one_process(11), top.TopError("gone"), None, one_process(22))
-        with pytest.raises(KeyboardInterrupt):  # the viewer's end, after its views
+        with pytest.raises(ViewsEnd):  # the viewer's end, after its views
             live_loop(viewer, 0.01, keys, resized)
         assert viewer.steps == 5
     with live_pipes() as (_, _typed, resized, _resize):
         viewer = Steps(one_process(11), top.TopError("gone"), None, one_process(22))
         live = FakeLive()
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(ViewsEnd):
             live_loop(viewer, 0.01, None, resized, live)
         assert [" 11 x " in s for s in live.drawn] == [True, True, True, False]
         assert "refresh failed: gone" in live.drawn[1] and "refresh failed" in live.drawn[2]
@@ -1761,7 +1780,7 @@ def test_the_live_loop_goes_on_refreshing_after_its_input_ends():
     with live_pipes() as (keys, typed, resized, _resize):
         os.close(typed)
         viewer = Steps(one_process(11), one_process(22))
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(ViewsEnd):
             live_loop(viewer, 0.01, keys, resized)
         assert viewer.steps == 3
 
@@ -1790,8 +1809,8 @@ class Clock:
 class SlowSteps(Steps):
     """Steps that each take `takes` seconds of `clock`."""
 
-    def __init__(self, clock: Clock, takes: float, *views):
-        super().__init__(*views)
+    def __init__(self, clock: Clock, takes: float, *views, end=ViewsEnd):
+        super().__init__(*views, end=end)
         self.clock, self.takes = clock, takes
 
     def step(self):
@@ -1808,10 +1827,11 @@ def test_plain_text_is_each_screen_at_80_columns_an_interval_after_the_last_was_
     monkeypatch.setenv("COLUMNS", "40")
     clock = Clock()
     monkeypatch.setattr(top.terminal, "time", clock)
-    viewer = SlowSteps(clock, 0.2, None, one_process(11), one_process(22))
+    viewer = SlowSteps(clock, 0.2, None, one_process(11), one_process(22), end=KeyboardInterrupt)
     viewer.origin = "http://x:1"
     out = io.StringIO()
-    top.run_plain(viewer, top.Selection(), 0.5, out)
+    with ctrl_c_is_caught("run_plain"):
+        top.run_plain(viewer, top.Selection(), 0.5, out)
     block = [
         "procdelta top  node  by run delay  interval 1.00s at --:--:--",
         "from http://x:1 (its passes; refreshed every 0.5s)",
@@ -1871,7 +1891,7 @@ def test_the_live_loop_refreshes_an_interval_after_the_last_was_due(monkeypatch)
     monkeypatch.setattr(top.terminal, "time", clock)
     monkeypatch.setattr(top.terminal, "selectors", ticking)
     viewer = SlowSteps(clock, 0.2, one_process(11), one_process(22), one_process(33))
-    with live_pipes() as (keys, _typed, resized, _resize), pytest.raises(KeyboardInterrupt):
+    with live_pipes() as (keys, _typed, resized, _resize), pytest.raises(ViewsEnd):
         live_loop(viewer, 0.5, keys, resized)
     assert viewer.steps == 4
     assert ticking.waits == pytest.approx([0.5, 0.3, 0.3])
@@ -1951,8 +1971,9 @@ def test_the_live_screen_on_a_terminal_reads_keys_in_cbreak_mode_and_gives_it_ba
 def test_the_live_screen_off_a_terminal_ends_quietly_on_ctrl_c(capsys):
     """Without a terminal on stdin no cbreak mode is set; Ctrl-C (the viewer's end) gives
     the screen back without a traceback."""
-    viewer = Steps(one_process(11))
-    top.run_live(viewer, top.Selection(), 0.01)
+    viewer = Steps(one_process(11), end=KeyboardInterrupt)
+    with ctrl_c_is_caught("run_live"):
+        top.run_live(viewer, top.Selection(), 0.01)
     assert viewer.steps == 2 and "Traceback" not in capsys.readouterr().err
 
 
