@@ -548,6 +548,10 @@ class Listener:
         self._stopped = threading.Event()
         self._stopped.set()
         self._server: asyncio.base_events.Server | None = None
+        # A stop asked before serving began, or while the server is being made, takes
+        # effect once it is made: stopping the loop sooner would cut its making short.
+        self._asked = threading.Event()
+        self._serving = threading.Event()
 
     @property
     def server_address(self) -> tuple:
@@ -561,12 +565,15 @@ class Listener:
     def serve_forever(self) -> None:
         self._stopped.clear()
         try:
+            if self._asked.is_set():
+                return  # stopped before it began
             asyncio.set_event_loop(self.loop)
             self._server = self.loop.run_until_complete(
                 self.loop.create_server(
                     self._protocol, sock=self.socket, backlog=1024, start_serving=True
                 )
             )
+            self._serving.set()
             self.loop.run_forever()
             self._server.close()
             for connection in list(self.connections):
@@ -577,12 +584,17 @@ class Listener:
             self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self.loop.run_until_complete(asyncio.sleep(0))
         finally:
+            self._serving.set()
             self._stopped.set()
 
     def shutdown(self) -> None:
-        """Stop serving (from another thread) and wait until `serve_forever` returns."""
+        """Stop serving (from another thread) and wait until `serve_forever` returns; one
+        not begun yet returns as soon as it begins. Serving does not start again."""
+        self._asked.set()
         if not self._stopped.is_set():
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._serving.wait()
+            if self._server is not None:
+                self.loop.call_soon_threadsafe(self.loop.stop)
             self._stopped.wait()
 
     def server_close(self) -> None:

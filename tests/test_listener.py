@@ -844,6 +844,62 @@ def test_shutdown_while_answers_are_made_and_connections_open_returns_cleanly():
             release.set()
 
 
+def test_a_stop_asked_while_the_server_is_being_made_takes_effect_once_it_is_made():
+    """SIGTERM as `serve` starts: a shutdown while the listening server is being made
+    waits for it (stopping the loop then would cut the making short, and serve_forever
+    raise), then stops it; serve_forever returns cleanly."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    listener = Listener(sock, hello)
+    make = listener.loop.create_server
+    making, go = threading.Event(), threading.Event()
+
+    async def slowly(*args, **kwargs):
+        making.set()
+        await asyncio.to_thread(go.wait, 10)
+        return await make(*args, **kwargs)
+
+    listener.loop.create_server = slowly
+    raised: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            listener.serve_forever()
+        except BaseException as error:
+            raised.append(error)
+
+    serving = threading.Thread(target=serve, daemon=True)
+    stopping = threading.Thread(target=listener.shutdown, daemon=True)
+    try:
+        serving.start()
+        assert making.wait(10)
+        stopping.start()
+        time.sleep(0.2)  # the stop asked, the server still being made
+        assert stopping.is_alive()
+        go.set()
+        stopping.join(10)
+        serving.join(10)
+        assert not stopping.is_alive() and not serving.is_alive()
+        assert not raised, f"serve_forever raised {raised[0]!r}"
+    finally:
+        go.set()
+        listener.server_close()
+
+
+def test_a_stop_asked_before_serving_begins_makes_it_return_at_once():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        listener = Listener(sock, hello)
+        listener.shutdown()
+        serving = threading.Thread(target=listener.serve_forever, daemon=True)
+        serving.start()
+        serving.join(10)
+        assert not serving.is_alive()
+        listener.server_close()
+
+
 @pytest.mark.parametrize(("check", "view"), [(0.6, 0.1), (0.1, 0.6)])
 def test_server_close_waits_for_the_work_in_flight_and_leaves_no_descriptor(check, view):
     """`server_close` returns once the checks and views being made have ended (nothing
