@@ -44,14 +44,19 @@ def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterato
         except BaseException as error:
             raised.append(error)
 
-    thread = threading.Thread(target=serve)
+    # daemons, with bounded waits: a shutdown that hangs fails the test, not the session
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
+    stopping = threading.Thread(target=listener.shutdown, daemon=True)
     try:
         yield listener
     finally:
-        listener.shutdown()
-        listener.server_close()
+        stopping.start()
+        stopping.join(10)
+        if not stopping.is_alive():
+            listener.server_close()
         thread.join(10)
+    assert not stopping.is_alive(), "shutdown did not return"
     assert not thread.is_alive(), "serve_forever did not return"
     assert not raised, f"serve_forever raised {raised[0]!r}"  # nor at its shutdown
 
@@ -245,6 +250,58 @@ def test_a_request_head_has_one_deadline_however_slowly_it_comes():
             assert answer.startswith(b"HTTP/1.1 200")
             kept.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
             assert closed_by_server(kept, 5)
+
+
+def test_a_late_first_byte_or_empty_lines_do_not_extend_the_first_heads_deadline():
+    """A connection's first head has its deadline from the moment the connection is made:
+    a client that waits before its first byte gets no more time for the rest, nor one
+    that sends empty lines ahead of its request (RFC 9112 §2.2 lets a server ignore them,
+    not wait for them)."""
+    with listening(hello, Limits(header_timeout=1.0)) as listener:
+        port = listener.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as late:
+            time.sleep(0.7)
+            late.sendall(b"GET /late HTTP/1.1\r\n")
+            time.sleep(0.7)  # 1.4 s since it was made, 0.7 s since its first byte
+            with contextlib.suppress(OSError):
+                late.sendall(b"Host: x\r\n\r\n")
+            assert until_closed(late) == b""
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as blank:
+            for _ in range(8):  # an empty line every 0.25 s, for 2 s
+                with contextlib.suppress(OSError):
+                    blank.sendall(b"\r\n")
+                time.sleep(0.25)
+            with contextlib.suppress(OSError):
+                blank.sendall(b"GET /blank HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert until_closed(blank) == b""
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes (a reset ends it too)."""
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def test_a_request_pipelined_behind_connection_close_is_neither_made_nor_answered():
+    """After a request with `Connection: close` the server reads no further request (RFC
+    9112 §9.6): one pipelined behind it in the same bytes is not handled at all."""
+    asked: list[str] = []
+
+    def handler(request: Request) -> Response:
+        asked.append(request.path)
+        return hello(request)
+
+    with listening(handler) as listener:
+        answer = exchange(
+            listener.server_address[1],
+            b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+    assert asked == ["/a"]
+    assert answer.count(b"HTTP/1.1 ") == 1 and answer.endswith(b"Connection: close\r\n\r\nGET /a\n")
 
 
 def test_a_kept_alive_connection_stalled_in_its_next_head_is_closed_and_logged(caplog):
@@ -844,6 +901,30 @@ def test_shutdown_while_answers_are_made_and_connections_open_returns_cleanly():
             release.set()
 
 
+def test_a_connection_accepted_as_the_listener_stops_is_dropped_cleanly():
+    """asyncio makes a connection's protocol, and gives it its transport a turn of the
+    loop later: a stop in between aborts every connection the listener knows, that one
+    without a transport yet, and `serve_forever` still returns cleanly (`listening`)."""
+    with listening(hello) as listener:
+        listener.loop.call_soon_threadsafe(listener._protocol)
+        wait_until(lambda: len(listener.connections) == 1, 10, "a connection made")
+        (connection,) = listener.connections
+        assert connection.transport is None
+
+
+def test_a_shutdown_waits_for_nothing():
+    """Once stopped, serve_forever gives the cancelled tasks one turn of the loop and
+    waits no time: the quickest of three shutdowns of an idle listener is far under a
+    second (a sleep of one there would make each take a whole second)."""
+    spans = []
+    for _ in range(3):
+        with listening(hello) as listener:
+            began = time.monotonic()
+            listener.shutdown()
+            spans.append(time.monotonic() - began)
+    assert min(spans) < 0.9, spans
+
+
 def test_a_stop_asked_while_the_server_is_being_made_takes_effect_once_it_is_made():
     """SIGTERM as `serve` starts: a shutdown while the listening server is being made
     waits for it (stopping the loop then would cut the making short, and serve_forever
@@ -898,6 +979,19 @@ def test_a_stop_asked_before_serving_begins_makes_it_return_at_once():
         serving.join(10)
         assert not serving.is_alive()
         listener.server_close()
+
+
+def test_an_answer_is_buffered_up_to_256_kib_before_the_server_waits_for_the_client():
+    """Each connection's write buffer: writing waits for a slow reader once 256 KiB of
+    answers are buffered (and goes on below 64 KiB), which with `--web.max-requests`
+    bounds what slow readers make the server hold."""
+    with (
+        listening(hello) as listener,
+        socket.create_connection(("127.0.0.1", listener.server_address[1]), timeout=10),
+    ):
+        wait_until(lambda: any(c.transport is not None for c in listener.connections), 10, "made")
+        (connection,) = listener.connections
+        assert connection.transport.get_write_buffer_limits() == (64 * 1024, 256 * 1024)
 
 
 @pytest.mark.parametrize(("check", "view"), [(0.6, 0.1), (0.1, 0.6)])
