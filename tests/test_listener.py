@@ -26,9 +26,12 @@ from tests.net import free_port, request, start_serve, wait_until
 
 
 @contextlib.contextmanager
-def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterator[Listener]:
+def listening(
+    handler, limits: Limits | None = None, sndbuf: int = 0, prepare=None
+) -> Iterator[Listener]:
     """A Listener on 127.0.0.1; `sndbuf`: its connections' kernel send buffer, if not the
-    default (accepted sockets inherit it)."""
+    default (accepted sockets inherit it); `prepare`, called with the listener before it
+    serves."""
     sock = socket.socket()
     if sndbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
@@ -36,6 +39,8 @@ def listening(handler, limits: Limits | None = None, sndbuf: int = 0) -> Iterato
     sock.listen(128)
     sock.setblocking(False)
     listener = Listener(sock, handler, limits=limits)
+    if prepare is not None:
+        prepare(listener)
     raised: list[BaseException] = []
 
     def serve() -> None:
@@ -928,45 +933,31 @@ def test_a_shutdown_waits_for_nothing():
 def test_a_stop_asked_while_the_server_is_being_made_takes_effect_once_it_is_made():
     """SIGTERM as `serve` starts: a shutdown while the listening server is being made
     waits for it (stopping the loop then would cut the making short, and serve_forever
-    raise), then stops it; serve_forever returns cleanly."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    sock.setblocking(False)
-    listener = Listener(sock, hello)
-    make = listener.loop.create_server
+    raise), then stops it; serve_forever returns cleanly (`listening` checks it)."""
     making, go = threading.Event(), threading.Event()
 
-    async def slowly(*args, **kwargs):
-        making.set()
-        await asyncio.to_thread(go.wait, 10)
-        return await make(*args, **kwargs)
+    def made_slowly(listener: Listener) -> None:
+        make = listener.loop.create_server
 
-    listener.loop.create_server = slowly
-    raised: list[BaseException] = []
+        async def slowly(*args, **kwargs):
+            making.set()
+            await asyncio.to_thread(go.wait, 10)
+            return await make(*args, **kwargs)
 
-    def serve() -> None:
-        try:
-            listener.serve_forever()
-        except BaseException as error:
-            raised.append(error)
+        listener.loop.create_server = slowly
 
-    serving = threading.Thread(target=serve, daemon=True)
-    stopping = threading.Thread(target=listener.shutdown, daemon=True)
     try:
-        serving.start()
-        assert making.wait(10)
-        stopping.start()
-        time.sleep(0.2)  # the stop asked, the server still being made
-        assert stopping.is_alive()
-        go.set()
-        stopping.join(10)
-        serving.join(10)
-        assert not stopping.is_alive() and not serving.is_alive()
-        assert not raised, f"serve_forever raised {raised[0]!r}"
+        with listening(hello, prepare=made_slowly) as listener:
+            assert making.wait(10)
+            stopping = threading.Thread(target=listener.shutdown, daemon=True)
+            stopping.start()
+            time.sleep(0.2)  # the stop asked, the server still being made
+            assert stopping.is_alive()
+            go.set()
+            stopping.join(10)
+            assert not stopping.is_alive()
     finally:
         go.set()
-        listener.server_close()
 
 
 def test_a_stop_asked_before_serving_begins_makes_it_return_at_once():
