@@ -74,15 +74,21 @@ def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
     """Send `data`, read until the server closes (or `timeout` passes: then "<open>")."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(data)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except TimeoutError:
-            return received + b"<open>"
-        except ConnectionResetError:
-            pass
-        return received
+        return until_closed(sock)
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes (a reset ends it too), or before the
+    socket's timeout passes: then followed by "<open>"."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        return received + b"<open>"
+    except ConnectionResetError:
+        pass
+    return received
 
 
 def closed_by_server(sock: socket.socket, within: float) -> bool:
@@ -279,15 +285,6 @@ def test_a_late_first_byte_or_empty_lines_do_not_extend_the_first_heads_deadline
             with contextlib.suppress(OSError):
                 blank.sendall(b"GET /blank HTTP/1.1\r\nHost: x\r\n\r\n")
             assert until_closed(blank) == b""
-
-
-def until_closed(sock: socket.socket) -> bytes:
-    """What the server sends before it closes (a reset ends it too)."""
-    received = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(65536):
-            received += chunk
-    return received
 
 
 def test_a_request_pipelined_behind_connection_close_is_neither_made_nor_answered():

@@ -1809,8 +1809,8 @@ class Clock:
 class SlowSteps(Steps):
     """Steps that each take `takes` seconds of `clock`."""
 
-    def __init__(self, clock: Clock, takes: float, *views, end=ViewsEnd):
-        super().__init__(*views, end=end)
+    def __init__(self, clock: Clock, takes: float, *views, **steps):
+        super().__init__(*views, **steps)
         self.clock, self.takes = clock, takes
 
     def step(self):
