@@ -210,9 +210,29 @@ def _check_procfs(root: str) -> None:
         raise BadInput(f"--path.procfs {root}: not a proc filesystem (no process directories)")
 
 
+MIN_INTERVAL = 0.01
+"""Seconds: below a pass's own time, passes would follow one another without pause."""
+MAX_INTERVAL = 86_400.0
+"""Seconds: a day; `inf` or more would never end `once` nor give `serve` a second pass."""
+
+
 def _positive_interval(_ctx, _param, value: float) -> float:
     if not value > 0:
         raise click.BadParameter(f"must be > 0 seconds, got {value:g}")
+    if not MIN_INTERVAL <= value <= MAX_INTERVAL:
+        raise click.BadParameter(
+            f"want {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds, got {value:g}"
+        )
+    return value
+
+
+def _not_empty(_ctx, param: click.Parameter, value: str | None) -> str | None:
+    """A path option set empty: a mistake (a manifest's variable left blank), never a
+    wish for the default. click takes an empty variable for an unset one: said here."""
+    envvar = param.envvar if isinstance(param.envvar, str) else None
+    if value == "" or (value is None and envvar and os.environ.get(envvar) == ""):
+        where = f"{envvar} (for {param.opts[0]})" if value is None else param.opts[0]
+        raise BadInput(f"{where}: empty: name a file, or leave it unset")
     return value
 
 
@@ -497,6 +517,7 @@ def top(
         "--web.config.file",
         "web_config_file",
         default=None,
+        callback=_not_empty,
         help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
     ),
     _option(

@@ -387,6 +387,8 @@ class MetricsServer:
             sock.close()
             raise
         self.listener = Listener(sock, self.handle, self.tls, limits)
+        if isinstance(self.web, WebConfigFile):
+            self.web.on_swap(lambda old, new: self.listener.terms_changed())
 
     @property
     def server_address(self) -> tuple:
@@ -424,7 +426,10 @@ class MetricsServer:
             ok, reason = self.passes.healthy()
             return plain(200 if ok else 503, reason)
         if path == "/processes":
-            return self._processes(request, self.storage_bytes or web.authenticates)
+            # authenticated: by a password (checked before), or by a client certificate
+            # this connection's handshake verified under the terms in force
+            authenticated = bool(web.users) or request.certified
+            return self._processes(request, self.storage_bytes or authenticated)
         if path == "/":
             page = LANDING.format(
                 version=__version__,
@@ -501,7 +506,7 @@ def parse_listen_address(address: str) -> tuple[str, int]:
         host, colon, port_text = address.rpartition(":")
         if not colon or ":" in host:
             raise ListenAddressError(f"malformed address {address!r}: want host:port or :port")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
         raise ListenAddressError(f"malformed address {address!r}: bad port {port_text!r}")
     return host, int(port_text)
 

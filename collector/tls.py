@@ -40,14 +40,23 @@ class Session(Protocol):
     def close(self) -> bytes:
         """The close_notify alert to write, if the session can still send one."""
 
+    @property
+    def verified(self) -> bool:
+        """Whether the handshake verified a client certificate against the server's CAs."""
+
 
 class Server(Protocol):
+    terms: bytes
+    """What a client is asked for and verified by (`collector.webconfig`): a connection
+    made under other terms is closed once idle."""
+
     def session(self) -> Session: ...
 
 
 class StdlibServer:
-    def __init__(self, context: ssl.SSLContext):
+    def __init__(self, context: ssl.SSLContext, terms: bytes = b""):
         self.context = context
+        self.terms = terms
 
     def session(self) -> StdlibSession:
         return StdlibSession(self.context)
@@ -102,15 +111,29 @@ class StdlibSession:
                 self._ssl.unwrap()
         return self._out.read()
 
+    @property
+    def verified(self) -> bool:
+        # a certificate is there only where the context verified it (CERT_OPTIONAL,
+        # CERT_REQUIRED); with CERT_NONE none is asked for and the dict is empty
+        return self._ready and bool(self._ssl.getpeercert())
+
 
 class UnverifiedServer:
     """Asks every client for a certificate and accepts any it gets, verified or not; with
     `required`, a client without one fails the handshake (Go's `RequireAnyClientCert`),
     without, it is let in too (`RequestClientCert`)."""
 
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, required: bool):
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        cert_file: str,
+        key_file: str,
+        required: bool,
+        terms: bytes = b"",
+    ):
         from OpenSSL import SSL
 
+        self.terms = terms
         self._SSL = SSL
         ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
         versions = _openssl_versions(SSL)
@@ -191,3 +214,7 @@ class OpenSSLSession:
             with contextlib.suppress(self._SSL.Error):
                 self._conn.shutdown()
         return self.pending()
+
+    @property
+    def verified(self) -> bool:
+        return False  # any certificate is taken: none is verified

@@ -277,7 +277,17 @@ def test_listen_address_in_use():
 
 
 @pytest.mark.parametrize(
-    "address", ["9746", "localhost", ":http", "[::1", "1.2.3.4:99999", "a:b:c"]
+    "address",
+    [
+        "9746",
+        "localhost",
+        ":http",
+        "[::1",
+        "1.2.3.4:99999",
+        "a:b:c",
+        ":\u0661\u0662",
+        "[::1]:\uff19",
+    ],
 )
 def test_listen_address_malformed(address):
     assert_one_line_error(run_serve("--web.listen-address", address), "--web.listen-address")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import os
 import shutil
 import signal
 import socket
@@ -516,6 +517,11 @@ def users_config(directory: Path, **passwords: str) -> Path:
     return path
 
 
+def at_once(work) -> None:
+    """A `WebConfigFile`'s re-read run in the caller's thread, done when it returns."""
+    work()
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -534,7 +540,7 @@ def test_a_changed_web_config_takes_effect_without_a_restart(tmp_path, caplog):
     passwords included; a file that no longer loads keeps the last good one, said once."""
     clock = Clock()
     users_config(tmp_path, alice="old", bob="bob")
-    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock)
+    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock, run=at_once)
     assert web.current().authorized(auth("alice", "old"))
     assert web.current().authorized(auth("bob", "bob"))
     users_config(tmp_path, alice="new")
@@ -580,7 +586,15 @@ def test_a_certificate_renewed_in_place_is_served_to_new_connections(pki, tmp_pa
             get(port, context)
         for name in ("server.crt", "server.key"):  # renewed: the CA's, for 127.0.0.1
             shutil.copy(pki / name, tmp_path / name)
+        wait_until(lambda: trusted(port, context), 10, "the renewed certificate")
         assert get(port, context) == 200
+
+
+def trusted(port: int, context: ssl.SSLContext) -> bool:
+    try:
+        return get(port, context) == 200
+    except ssl.SSLCertVerificationError:
+        return False
 
 
 def test_tls_turned_on_or_off_takes_a_restart(pki, tmp_path, caplog):
@@ -588,7 +602,7 @@ def test_tls_turned_on_or_off_takes_a_restart(pki, tmp_path, caplog):
         shutil.copy(pki / name, tmp_path / name)
     clock = Clock()
     config = write_config(tmp_path, users_block())
-    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
     before = web.current()
     write_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
     clock.now += 1
@@ -635,7 +649,7 @@ def test_the_dummy_hash_has_the_highest_cost_of_the_users():
         "cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)),
         "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6)),
     })  # fmt: skip
-    assert config._dummy.split(b"$")[2] == b"06"
+    assert max(config._dummies) == 6 and config._dummies[6].split(b"$")[2] == b"06"
 
 
 def test_the_basic_scheme_is_case_insensitive():
@@ -651,10 +665,12 @@ def test_a_broken_file_is_read_once_and_logged_once_until_it_changes(tmp_path, c
     change that breaks it the same way says nothing new; a fix is taken."""
     clock = Clock()
     users_config(tmp_path, alice="a")
-    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock)
+    web = webconfig.WebConfigFile(str(tmp_path / "web.yml"), monotonic=clock, run=at_once)
     loads = []
     real = webconfig.load
-    monkeypatch.setattr(webconfig, "load", lambda path: loads.append(path) or real(path))
+    monkeypatch.setattr(
+        webconfig, "load", lambda path, **kw: loads.append(path) or real(path, **kw)
+    )
     caplog.set_level("INFO", logger="procdelta")
     broken = "basic_auth_users: [\n"
     (tmp_path / "web.yml").write_text(broken)
@@ -680,7 +696,7 @@ def test_a_file_that_cannot_be_looked_at_in_a_new_way_is_read_again(tmp_path, ca
     link to itself): each is a change, read and said in the log once."""
     clock = Clock()
     config = users_config(tmp_path, alice="a")
-    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
     caplog.set_level("INFO", logger="procdelta")
     config.unlink()
     clock.now += 1
@@ -703,8 +719,10 @@ def test_the_file_is_looked_at_once_a_second_and_reread_only_when_changed(tmp_pa
     path = str(users_config(tmp_path, alice="a"))
     loads = []
     real = webconfig.load
-    monkeypatch.setattr(webconfig, "load", lambda path: loads.append(path) or real(path))
-    web = webconfig.WebConfigFile(path, monotonic=clock)
+    monkeypatch.setattr(
+        webconfig, "load", lambda path, **kw: loads.append(path) or real(path, **kw)
+    )
+    web = webconfig.WebConfigFile(path, monotonic=clock, run=at_once)
     users_config(tmp_path, bob="b")  # just after the file was loaded
     clock.now += 0.5
     assert not web.current().authorized(auth("bob", "b"))
@@ -722,7 +740,7 @@ def test_the_file_is_looked_at_once_a_second_and_reread_only_when_changed(tmp_pa
     assert len(loads) == 3
 
     loads.clear()
-    unchanged = webconfig.WebConfigFile(path, monotonic=clock)
+    unchanged = webconfig.WebConfigFile(path, monotonic=clock, run=at_once)
     for _ in range(3):
         clock.now += 1
         unchanged.current()
@@ -739,7 +757,7 @@ def test_each_file_the_config_names_is_watched(pki, tmp_path, caplog, name):
     config = write_config(tmp_path, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
                           "  client_ca_file: ca.crt\n")  # fmt: skip
     clock = Clock()
-    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
     before = web.current()
     assert before.authenticates
     shutil.copy((tmp_path if name == "web.yml" else pki) / name, tmp_path / "aside")
@@ -758,7 +776,7 @@ def test_a_reload_rereads_the_file_at_once_and_says_what_came_of_it(tmp_path, ca
     logs each outcome: the users it took, or why the last good configuration stays."""
     clock = Clock()
     config = users_config(tmp_path, alice="a", bob="b")
-    web = webconfig.WebConfigFile(str(config), monotonic=clock)
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
     caplog.set_level("INFO", logger="procdelta")
     first = web.current()
     assert web.reload() is not first  # unchanged, read anew
@@ -811,3 +829,388 @@ def test_a_password_bcrypt_refuses_is_a_refusal_not_a_login(monkeypatch):
     header = auth("bob", "p\x00w")
     assert not config.authorized(header)
     assert config.remembered(header) is None
+
+
+# -- a re-read never turns protection off, and never holds the event loop ---------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "# rotated: users to come\n", "basic_auth_users:\n", "basic_auth_users: {}\n", "{}\n"],
+    ids=["empty", "comments", "null users", "no users", "empty mapping"],
+)
+def test_a_file_emptied_of_its_users_keeps_basic_auth_on_and_stays_watched(tmp_path, caplog, text):
+    """An in-place save, a two-step write, a full disk or a Secret briefly empty load to
+    no users: a file that no longer loads. The users in force stay (said at warning), the
+    file is still looked at, and the users written back are taken."""
+    clock = Clock()
+    config = users_config(tmp_path, alice="a")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
+    good = web.current()
+    config.write_text(text)
+    for _ in range(3):
+        clock.now += 1
+        assert web.current() is good
+        assert not web.current().authorized(None)
+    (record,) = caplog.records
+    assert record.levelname == "WARNING"
+    assert "no basic_auth_users: turning basic auth off takes a restart" in record.getMessage()
+    users_config(tmp_path, bob="b")
+    clock.now += 1
+    assert web.current().authorized(auth("bob", "b"))
+    assert not web.current().authorized(auth("alice", "a"))
+
+
+def test_a_file_empty_at_start_up_is_watched_and_may_turn_auth_on(tmp_path):
+    """An empty file at start-up serves without auth (said in the start line), and is
+    looked at all the same: users written to it later are taken."""
+    clock = Clock()
+    config = tmp_path / "web.yml"
+    config.write_text("")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
+    assert web.current().authorized(None)
+    users_config(tmp_path, alice="a")
+    clock.now += 1
+    assert not web.current().authorized(None)
+    assert web.current().authorized(auth("alice", "a"))
+
+
+def test_client_certificates_verified_stay_verified_across_a_reread(pki, tmp_path, caplog):
+    """A file that stops verifying client certificates (another client_auth_type, or none)
+    is refused like one that removes the users; another CA is taken."""
+    for name in ("server.crt", "server.key", "ca.crt", "stranger.crt"):
+        shutil.copy(pki / name, tmp_path / name)
+    verify = TLS + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n"
+    clock = Clock()
+    config = write_config(tmp_path, verify.format("ca.crt"))
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
+    good = web.current()
+    for weaker in ("VerifyClientCertIfGiven", "RequireAnyClientCert", "NoClientCert"):
+        write_config(tmp_path, TLS + f"  client_auth_type: {weaker}\n  client_ca_file: ca.crt\n")
+        clock.now += 1
+        assert web.current() is good, weaker
+        assert "turning client certificate verification off takes a restart" in caplog.text
+    write_config(tmp_path, verify.format("stranger.crt"))
+    clock.now += 1
+    assert web.current() is not good and web.current().verifies_clients
+
+
+def test_credentials_remembered_survive_a_reread_for_users_whose_hash_is_the_same(tmp_path):
+    """A re-read (a renewed certificate, a Secret synced, SIGHUP) keeps what was verified
+    of each user whose hash did not change, so that scrapers are not sent back to bcrypt
+    behind a flood of wrong passwords; a changed hash forgets its user's."""
+    clock = Clock()
+    hashed = {u: bcrypt.hashpw(u.encode(), bcrypt.gensalt(rounds=4)).decode() for u in "ab"}
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed['a']}'\n  bob: '{hashed['b']}'\n")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
+    assert web.current().authorized(auth("alice", "a")) and web.current().authorized(
+        auth("bob", "b")
+    )
+    before = web.current()
+    assert web.reload() is not before  # read anew, the same users
+    assert web.current().remembered(auth("alice", "a")) is True
+    assert web.current().remembered(auth("bob", "b")) is True
+    bob = bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=4)).decode()  # the same password, rehashed
+    config.write_text(f"basic_auth_users:\n  alice: '{hashed['a']}'\n  bob: '{bob}'\n")
+    web.reload()
+    assert web.current().remembered(auth("alice", "a")) is True
+    assert web.current().remembered(auth("bob", "b")) is None  # to be checked again
+
+
+def test_a_reread_runs_off_the_thread_that_asks_and_is_swapped_in_when_done(tmp_path, monkeypatch):
+    """`current()` (the event loop's, at a request) and `reload()` (SIGHUP's) return at
+    once while a re-read takes its time in a thread of its own; the new configuration
+    serves once it is whole. Re-reads asked meanwhile are done once, after it."""
+    config = users_config(tmp_path, alice="a")
+    web = webconfig.WebConfigFile(str(config), every=0)
+    started, release = threading.Event(), threading.Event()
+    loads = []
+    real = webconfig.load
+
+    def slow(path, **kw):
+        loads.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        return real(path, **kw)
+
+    monkeypatch.setattr(webconfig, "load", slow)
+    users_config(tmp_path, bob="b")
+    began = time.monotonic()
+    before = web.current()  # sees the change, starts the re-read
+    for _ in range(50):
+        assert web.reload() is before
+        assert web.current() is before
+    assert time.monotonic() - began < 1
+    assert started.wait(5)
+    release.set()
+    wait_until(lambda: web.current().authorized(auth("bob", "b")), 10, "the new users")
+    wait_until(lambda: len(loads) == 2, 10, "the one re-read asked meanwhile")
+    time.sleep(0.3)
+    assert loads == ["web-config", "web-config"]
+
+
+def hash_of_cost(cost: int) -> str:
+    """A well-formed bcrypt hash of `cost` made without paying for it: a cost-4 hash with
+    the cost field rewritten (what bcrypt reads of it before its work)."""
+    cheap = bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()
+    return f"{cheap[:4]}{cost:02d}{cheap[6:]}"
+
+
+@pytest.mark.parametrize("cost", [15, 31])
+def test_a_bcrypt_cost_above_the_bound_is_one_clear_line_at_start_up(tmp_path, cost):
+    """A cost-31 hash would take days a check: at start-up it is refused at once, with
+    the bound, rather than hanging `serve` silently."""
+    config = write_config(tmp_path, f"basic_auth_users:\n  alice: '{hash_of_cost(cost)}'\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--web.listen-address", "127.0.0.1:0",
+         "--web.config.file", str(config)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert_one_line_error(result, "--web.config.file", f"bcrypt cost {cost} is above 14")
+
+
+def test_a_bcrypt_cost_above_the_bound_at_a_reread_keeps_the_last_good(tmp_path, caplog):
+    clock = Clock()
+    config = users_config(tmp_path, alice="a")
+    web = webconfig.WebConfigFile(str(config), monotonic=clock, run=at_once)
+    good = web.current()
+    config.write_text(f"basic_auth_users:\n  alice: '{hash_of_cost(31)}'\n")
+    began = time.monotonic()
+    clock.now += 1
+    assert web.current() is good
+    assert time.monotonic() - began < 2
+    assert "bcrypt cost 31 is above 14" in caplog.text
+    assert webconfig.load(str(users_config(tmp_path, a="a")))  # cost 4: taken
+    config.write_text(f"basic_auth_users:\n  alice: '{hash_of_cost(webconfig.MAX_BCRYPT_COST)}'\n")
+    assert webconfig.load(str(config)).users["alice"][4:6] == b"14"
+
+
+@pytest.mark.parametrize("name", ["web.yml", "server.crt", "server.key", "ca.crt"])
+def test_only_regular_files_are_read(pki, tmp_path, name):
+    """A FIFO (or a device) named as the file or one it names would block the read that
+    loads it, for ever: it is refused at once, as not a regular file."""
+    for each in ("server.crt", "server.key", "ca.crt"):
+        shutil.copy(pki / each, tmp_path / each)
+    text = TLS + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"
+    config = write_config(tmp_path, text)
+    (tmp_path / name).unlink()
+    os.mkfifo(tmp_path / name)
+    began = time.monotonic()
+    with pytest.raises(webconfig.WebConfigError, match="not a regular file"):
+        webconfig.load(str(config))
+    assert time.monotonic() - began < 5
+
+
+def test_a_file_past_its_size_bound_is_refused(tmp_path):
+    config = write_config(tmp_path, "# " + "x" * webconfig.MAX_FILE_BYTES + "\n")
+    with pytest.raises(webconfig.WebConfigError, match="larger than"):
+        webconfig.load(str(config))
+
+
+def test_every_check_costs_a_check_at_the_highest_cost(monkeypatch):
+    """With users of costs 4 and 6, a check of either user, right or wrong, and of an
+    unknown user costs 2^6 rounds: the time of a 401 tells nothing of who exists."""
+    config = webconfig.WebConfig(users={
+        "cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)),
+        "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6)),
+    })  # fmt: skip
+    costs: list[int] = []
+    real = bcrypt.checkpw
+
+    def counted(password: bytes, hashed: bytes) -> bool:
+        costs.append(int(hashed[4:6]))
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counted)
+    for user, password in (("cheap", "a"), ("cheap", "no"), ("dear", "b"), ("dear", "no"),
+                           ("nobody", "a")):  # fmt: skip
+        costs.clear()
+        config._verified.clear()
+        config.authorized(auth(user, password))
+        assert sum(2**cost for cost in costs) == 2**6, (user, password, costs)
+
+
+def test_an_empty_web_config_file_option_is_one_clear_line(tmp_path):
+    """`PROCDELTA_WEB_CONFIG_FILE=` (a variable set empty in a manifest) would serve
+    without auth, in silence: it is refused like any other bad value."""
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "serve", "--web.listen-address", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PROCDELTA_WEB_CONFIG_FILE": ""},
+    )  # fmt: skip
+    assert_one_line_error(result, "PROCDELTA_WEB_CONFIG_FILE", "empty")
+
+
+# -- each request under its own connection's terms --------------------------------------------
+
+
+def tls_dir(pki: Path, tmp_path: Path) -> None:
+    for name in ("server.crt", "server.key", "ca.crt", "stranger.crt"):
+        shutil.copy(pki / name, tmp_path / name)
+
+
+@contextlib.contextmanager
+def kept_alive(port: int, context: ssl.SSLContext) -> Iterator[ssl.SSLSocket]:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        yield sock
+
+
+def ask(sock: ssl.SSLSocket, path: str = "/metrics", user: str | None = "alice") -> bytes:
+    """One request on a kept-alive connection: the answer's status line, or b"" where the
+    server closed it instead."""
+    headers = "Host: x\r\n"
+    if user is not None:
+        token = base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
+        headers += f"Authorization: Basic {token}\r\n"
+    try:
+        sock.sendall(f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b""
+            head += chunk
+    except (ConnectionError, ssl.SSLError):
+        return b""
+    status, _, rest = head.partition(b"\r\n\r\n")[0].partition(b"\r\n")
+    length = int(next(line.split(b":")[1] for line in rest.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))  # fmt: skip
+    body = head.partition(b"\r\n\r\n")[2]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return status
+
+
+def server_closed(sock: ssl.SSLSocket) -> bool:
+    sock.settimeout(0.2)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def swapped_in(web: webconfig.WebConfigFile, port: int, context: ssl.SSLContext, check) -> None:
+    """Wait until a new connection (which looks at the file) finds `check(web.current())`."""
+
+    def looked() -> bool:
+        with contextlib.suppress(OSError, ssl.SSLError, http.client.HTTPException):
+            get(port, context, "alice")
+        return check(web.current())
+
+    wait_until(looked, 10, "the new configuration in force")
+
+
+def test_a_connection_made_under_changed_tls_terms_is_closed_once_idle(pki, tmp_path):
+    """A move from basic auth alone to basic auth with verified client certificates: a
+    connection kept alive from before, with no certificate, is closed, not served under
+    the new terms; a new one must present a certificate."""
+    tls_dir(pki, tmp_path)
+    config = write_config(tmp_path, TLS + users_block())
+    web = webconfig.WebConfigFile(str(config), every=0)
+    with serving_config_file(web) as port, kept_alive(port, client_context(pki)) as old:
+        assert ask(old) == b"HTTP/1.1 200 OK"
+        write_config(tmp_path, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
+                     "  client_ca_file: ca.crt\n" + users_block())  # fmt: skip
+        certified = client_context(pki, with_cert=True)
+        swapped_in(web, port, certified, lambda config: config.verifies_clients)
+        wait_until(lambda: server_closed(old), 10, "the old connection closed")
+        assert get(port, certified, "alice") == 200
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+            get(port, client_context(pki), "alice")
+
+
+def test_a_request_on_a_connection_made_under_old_terms_is_not_answered(pki, tmp_path):
+    """The client's CA dropped from client_ca_file: its kept-alive connection is closed
+    unanswered at its next request, even one sent before the idle ones are swept."""
+    tls_dir(pki, tmp_path)
+    verify = TLS + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n"
+    config = write_config(tmp_path, verify.format("ca.crt") + users_block())
+    web = webconfig.WebConfigFile(str(config), every=0)
+    listener_of: list = []
+    with (
+        serving_config_file(web, listener_of) as port,
+        kept_alive(port, client_context(pki, with_cert=True)) as old,
+    ):
+        assert ask(old) == b"HTTP/1.1 200 OK"
+        listener_of[0].terms_changed = lambda: None  # no sweep: the request must tell
+        write_config(tmp_path, verify.format("stranger.crt") + users_block())
+        swapped_in(
+            web, port, client_context(pki, with_cert="stranger"),
+            lambda config: config.tls.terms != listener_of[0].tls_at_start,
+        )  # fmt: skip
+        assert ask(old) == b""
+
+
+def test_a_certificate_counts_where_this_connections_handshake_verified_one(pki, tmp_path):
+    """With VerifyClientCertIfGiven and no users, a connection whose certificate was
+    verified is authenticated (a process's storage bytes are its to see), one without a
+    certificate is not."""
+    tls_dir(pki, tmp_path)
+    config = write_config(tmp_path, TLS + "  client_auth_type: VerifyClientCertIfGiven\n"
+                          "  client_ca_file: ca.crt\n")  # fmt: skip
+    web = webconfig.WebConfigFile(str(config), every=0)
+    with serving_config_file(web) as port:
+        path = "/processes?sort=read_bytes"
+        assert request(port, path, context=client_context(pki, with_cert=True))[0] == 200
+        assert request(port, path, context=client_context(pki))[0] == 403
+
+
+@contextlib.contextmanager
+def serving_config_file(web: webconfig.WebConfigFile, listener_of: list | None = None):
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    server = make_server("127.0.0.1:0", loop, "/metrics", web)
+    if listener_of is not None:
+        server.listener.tls_at_start = web.current().tls.terms
+        listener_of.append(server.listener)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_clients_without_credentials_hold_no_place_of_the_scrapes(tmp_path):
+    """Clients without credentials that pipeline requests and never read their answers
+    (20 of them against --web.max-requests 2, each pipeline's 401s far more than the
+    buffers hold): each gets one 401 and its connection closed, holding no place; a scrape
+    with the password is answered."""
+    config = users_config(tmp_path, alice=PASSWORD)
+    loop = PassLoop(CountingEngine(groups=1), interval=60)
+    loop.run_pass()
+    web = webconfig.WebConfigFile(str(config))
+    server = make_server("127.0.0.1:0", loop, "/metrics", web, Limits(max_requests=2))
+    server.listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    port = server.server_address[1]
+    hostile: list[socket.socket] = []
+
+    def flood(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 20_000)
+
+    try:
+        assert get(port, None, "alice") == 200
+        for _ in range(20):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            hostile.append(sock)
+            threading.Thread(target=flood, args=(sock,), daemon=True).start()
+        time.sleep(1)
+        assert [get(port, None, "alice") for _ in range(5)] == [200] * 5
+    finally:
+        for sock in hostile:
+            sock.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
