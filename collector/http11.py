@@ -19,6 +19,10 @@ from dataclasses import dataclass
 MAX_HEAD_BYTES = 64 * 1024
 """A request line and headers longer than this are refused (431)."""
 
+MAX_HEADER_FIELDS = 100
+"""A head with more header fields than this is refused (431), as Apache's
+`LimitRequestFields` does by default: a scraper sends fewer than ten."""
+
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -41,6 +45,7 @@ class Request:
     target: str
     headers: dict[str, str]  # lower-case names; a repeated header's values joined by ", "
     client: str
+    certified: bool = False  # its connection's TLS handshake verified a client certificate
 
     @property
     def path(self) -> str:
@@ -134,10 +139,13 @@ def _bare_lf(buffer: bytearray, start: int, end: int) -> bool:
     return False
 
 
-def read_request(head: bytes, client: str) -> tuple[Request, bool] | Response:
+def read_request(
+    head: bytes, client: str, certified: bool = False
+) -> tuple[Request, bool] | Response:
     """A whole head's request, and whether the connection closes after its answer; or the
-    answer refusing it (400, 405, 413, 505)."""
-    parsed = parse_head(head, client)
+    answer refusing it (400, 405, 413, 431, 505). `certified`: its connection's handshake
+    verified a client certificate."""
+    parsed = parse_head(head, client, certified)
     if isinstance(parsed, Response):
         return parsed
     request, version = parsed
@@ -152,27 +160,43 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """A header field's name (RFC 9110 §5.1, §5.6.2)."""
 _QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
 """RFC 9110 §12.4.2."""
+_VERSION = re.compile(r"HTTP/([0-9])\.[0-9]")
+"""RFC 9112 §2.3."""
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*(?P<path>[/?][^#]*)?")
+"""An absolute-form target (RFC 9112 §3.2.2): what follows its authority is the path."""
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(:[0-9]*)?")
+"""A `Host` field: uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2)."""
 
 
-def parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
-    """The request a head (without its empty line) holds, and its version; or a 400 (a
-    malformed line, header or `Host`) or 505."""
+def parse_head(head: bytes, client: str, certified: bool = False) -> tuple[Request, str] | Response:
+    """The request a head (without its empty line) holds, and its version (`HTTP/1.0`, or
+    `HTTP/1.1` for any later 1.x); or a 400 (a malformed line, header or `Host`), a 431
+    (too many header fields) or a 505."""
     try:
         text = head.decode("latin-1")
-        line, *fields = text.split("\r\n")
+        line, *fields = text.split("\r\n", MAX_HEADER_FIELDS + 1)
         method, target, version = line.split(" ")
     except ValueError:
         return plain(400, "malformed request line")
+    if len(fields) > MAX_HEADER_FIELDS:
+        return plain(431, f"more than {MAX_HEADER_FIELDS} header fields")
     if any(c in text.replace("\r\n", "") for c in "\r\n\x00"):
         # a bare CR or LF a proxy in front may read as a line's end (RFC 9112 §2.2), a NUL
         return plain(400, "bare CR, LF or NUL in the request head")
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        if version.startswith("HTTP/"):
-            return plain(505, "HTTP/1.1 or HTTP/1.0 only")
+    major = _VERSION.fullmatch(version)
+    if major is None:
         return plain(400, "malformed request line")
+    if major[1] != "1":
+        return plain(505, "HTTP/1.1 or HTTP/1.0 only")
+    if version != "HTTP/1.0":
+        version = "HTTP/1.1"  # a later minor version is read as the highest known (§2.3)
+    absolute = _ABSOLUTE.fullmatch(target)
+    if absolute is not None:
+        path = absolute["path"] or "/"
+        target = path if path.startswith("/") else "/" + path
     if not target.startswith("/") or not method.isalpha():
         return plain(400, "malformed request line")
-    headers: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for entry in fields:
         name, colon, value = entry.partition(":")
         # a name is a token: no space before the colon (RFC 9112 §5.1), no control
@@ -180,27 +204,51 @@ def parse_head(head: bytes, client: str) -> tuple[Request, str] | Response:
         if not colon or not _TOKEN.fullmatch(name):
             return plain(400, "malformed header")
         key = name.lower()
-        value = value.strip(" \t")
-        if key in headers:
-            if key in ("authorization", "content-length", "host"):
-                return plain(400, f"{name} given twice")
-            headers[key] += ", " + value
-        else:
-            headers[key] = value
+        values = found.setdefault(key, [])
+        if values and key in ("authorization", "content-length", "host"):
+            return plain(400, f"{name} given twice")
+        values.append(value.strip(" \t"))
+    headers = {key: ", ".join(values) for key, values in found.items()}
     if version == "HTTP/1.1" and "host" not in headers:
         return plain(400, "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)")
-    return Request(method, target, headers, client), version
+    if "host" in headers and not _HOST.fullmatch(headers["host"]):
+        return plain(400, "malformed Host header")
+    return Request(method, target, headers, client, certified), version
 
 
 def refused_shape(request: Request) -> Response | None:
-    """What this server never answers: a body, a method other than GET and HEAD."""
-    if "transfer-encoding" in request.headers or request.headers.get(
-        "content-length", "0"
-    ).strip() not in ("0", ""):
+    """What this server never answers: a malformed length (400), a body (413), a method
+    other than GET and HEAD (405)."""
+    length = request.headers.get("content-length")
+    if length is not None and not (length.isascii() and length.isdigit()):
+        return plain(400, "malformed Content-Length")
+    if "transfer-encoding" in request.headers or (length is not None and int(length) != 0):
         return plain(413, "a request body is not accepted")
     if request.method not in ("GET", "HEAD"):
         return Response(405, b"GET or HEAD only\n", headers=(("Allow", "GET, HEAD"),))
     return None
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` as a log line or a terminal may show it: every character outside printable
+    ASCII (an escape sequence's ESC, C1 controls, a line's end) as `\\xNN`, `\\uNNNN` or
+    `\\UNNNNNNNN`, a backslash as `\\\\`, cut at `limit` characters with `…`."""
+    cut = text[:limit]
+    shown = "".join(c if " " <= c <= "~" and c != "\\" else _escape(c) for c in cut)
+    return shown + ("…" if len(text) > limit else "")
+
+
+def _escape(c: str) -> str:
+    if c == "\\":
+        return "\\\\"
+    code = ord(c)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
 
 
 def has_token(header: str | None, token: str) -> bool:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import resource
 import socket
@@ -46,7 +47,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from collector import tls as tlslib
-from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response, plain, read_request
+from collector.http11 import (
+    MAX_HEAD_BYTES,
+    Heads,
+    Request,
+    Response,
+    plain,
+    printable,
+    read_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,9 @@ MAX_GATES = 64
 """Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
 MAX_ASIDE = 4
 """Answers made aside (`Deferred(aside=True)`: views) waiting or being made at once."""
+PIPELINED_PER_TURN = 4
+"""Requests of one connection answered at once before the event loop serves the others: a
+client that pipelines thousands in one read takes its turns like everyone else."""
 
 
 class Deferred:
@@ -100,19 +112,19 @@ class RefusalLog:
         self._lock = threading.Lock()
 
     def refused(self, client: str, reason: str) -> None:
-        held = self._turn()
+        held = self.turn()
         if held is not None:
             more = f" (and {held} more refused since the last line)" if held else ""
             log.info("refused %s: %s%s", client, reason, more)
 
     def failed(self, what: str) -> None:
         """A failure of the server's own, at error level, as seldom."""
-        held = self._turn()
+        held = self.turn()
         if held is not None:
             more = f" (and {held} more failures since the last line)" if held else ""
             log.error("%s%s", what, more)
 
-    def _turn(self) -> int | None:
+    def turn(self) -> int | None:
         """The lines held back since the last, where this one may be written; else None."""
         now = self.monotonic()
         with self._lock:
@@ -121,6 +133,32 @@ class RefusalLog:
                 return None
             held, self._held, self._next = self._held, 0, now + self.every
         return held
+
+
+class Seldom(logging.Filter):
+    """A logger's records, at most one every `every` seconds (a `RefusalLog`'s bound), the
+    ones held back counted into the next: asyncio logs a line for each write to a
+    connection reset under it, which a client pipelining thousands of requests and then
+    resetting would turn into a flood."""
+
+    def __init__(self, every: float = 10.0, monotonic: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.bound = RefusalLog(every, monotonic)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        held = self.bound.turn()
+        if held is None:
+            return False
+        if held:
+            record.msg = f"{record.msg} (and {held} more held back since the last line)"
+        return True
+
+
+def bound_asyncio_logs() -> None:
+    """Hold asyncio's own logger to the refusal log's bound, once per process."""
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, Seldom) for f in logger.filters):
+        logger.addFilter(Seldom())
 
 
 @dataclass
@@ -225,13 +263,15 @@ class _Connection(asyncio.Protocol):
         self.loop = listener.loop
         self.transport: asyncio.Transport | None = None
         self.tls: tlslib.Session | None = None
+        self.terms: bytes | None = None  # the TLS terms it was made under (`Server.terms`)
         self.buffer = Heads()
         self.client = "?"
         self.busy = False  # a request is being answered
         self.reading = False  # `_next_request` is taking the buffered requests
         self.closing = False
         self.eof = False  # the client sent its last byte
-        self.paused = False  # reading paused: a request is answered and more is buffered
+        self.paused = False  # reading paused: more than a head's size is buffered
+        self.yielded = False  # its turn given up: the rest of its pipeline is answered next
         self.timer: asyncio.TimerHandle | None = None
         self.drained: asyncio.Future | None = None
 
@@ -250,6 +290,7 @@ class _Connection(asyncio.Protocol):
         tls = listener.tls()
         if tls is not None:
             self.tls = tls.session()
+            self.terms = tls.terms
         self._wait(listener.limits.header_timeout, "no whole request in time")
 
     def data_received(self, data: bytes) -> None:
@@ -264,9 +305,7 @@ class _Connection(asyncio.Protocol):
                     # the first byte of the next request: its head has a deadline of its own
                     self._wait(self.listener.limits.header_timeout, "no whole request in time")
                 self.buffer.add(data)
-                if self.busy and len(self.buffer) > MAX_HEAD_BYTES and not self.paused:
-                    self.paused = True  # pipelined requests wait, up to one head's size
-                    self.transport.pause_reading()
+                self._pace()
                 self._next_request()
         except tlslib.Closed:
             self._flush_tls()
@@ -281,7 +320,7 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.eof = True
-        if not self.busy:
+        if not self.busy and not self.yielded:
             self.close()
         return True  # keep the half-open socket until the response in flight is sent
 
@@ -305,18 +344,54 @@ class _Connection(asyncio.Protocol):
 
     def _next_request(self) -> None:
         """Answer the requests buffered, one at a time, while they are answered at once
-        (an answer written from within this loop returns to it: no recursion)."""
-        if self.reading:
+        (an answer written from within this loop returns to it: no recursion), at most
+        PIPELINED_PER_TURN before the other connections' callbacks run."""
+        if self.reading or self.yielded:
             return
         self.reading = True
         try:
-            while not self.busy and not self.closing:
+            for _ in range(PIPELINED_PER_TURN):
+                if self.busy or self._closing():
+                    return
                 request = self._take_request()
                 if request is None:
                     return
                 self._start(*request)
+            if self.buffer and not self.busy and not self._closing():
+                self.yielded = True
+                self.loop.call_soon(self._next_turn)
         finally:
             self.reading = False
+            self._pace()
+
+    def _next_turn(self) -> None:
+        self.yielded = False
+        try:
+            self._next_request()
+        except Exception as error:  # as in data_received: nothing escapes a callback
+            log.debug("request from %s dropped: %r", self.client, error)
+            self.abort()
+            return
+        if self.eof and not self.busy and not self.yielded:
+            self.close()
+
+    def _pace(self) -> None:
+        """Read while at most one head's size waits in the buffer: a client's pipeline
+        waits in its socket, not in the server's memory."""
+        if self.transport is None or self._closing():
+            return
+        over = len(self.buffer) > MAX_HEAD_BYTES
+        if over and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        elif not over and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def _closing(self) -> bool:
+        """Whether nothing more may be written: closed by either side (asyncio marks a
+        transport closing as soon as a write fails, before `connection_lost`)."""
+        return self.closing or (self.transport is not None and self.transport.is_closing())
 
     def _take_request(self) -> tuple[Request, bool] | None:
         """The next whole request of the buffer, and whether the connection closes after
@@ -324,13 +399,19 @@ class _Connection(asyncio.Protocol):
         head = self.buffer.take()
         if head is None:
             return None
-        parsed = head if isinstance(head, Response) else read_request(head, self.client)
+        certified = self.tls is not None and self.tls.verified
+        parsed = head if isinstance(head, Response) else read_request(head, self.client, certified)
         if isinstance(parsed, Response):
             self._refuse(parsed)
             return None
         return parsed
 
     def _start(self, request: Request, close: bool) -> None:
+        if self.stale():
+            # made under TLS terms since changed: closed unanswered, as an idle one is; the
+            # client asks again on a connection made under the terms in force
+            self.abort("made under TLS terms since changed")
+            return
         self.admission.stops_waiting(self)
         self._cancel_timer()
         self.busy = True
@@ -342,7 +423,16 @@ class _Connection(asyncio.Protocol):
 
     def _answer(self, request: Request, close: bool, answer: Response | Deferred) -> None:
         """`answer` in its place (`Admission.enter`), or the client turned away: written at
-        once, or made in a worker thread first."""
+        once, or made in a worker thread first. A 401 takes no place: it is written and its
+        connection closed, so that clients without credentials cannot hold the places of
+        scrapes by not reading their answers."""
+        if isinstance(answer, Response) and answer.status == 401:
+            self.busy = False
+            self.listener.refusals.refused(
+                self.client, f"{request.method} {printable(request.path)}: 401"
+            )
+            self._send(answer, send_body=request.method == "GET", close=True)
+            return
         place = self.admission.enter(answer)
         if isinstance(place, TurnedAway):
             self._turn_away(request, place)
@@ -381,11 +471,9 @@ class _Connection(asyncio.Protocol):
     def _respond(self, request: Request, close: bool, answer: Response) -> bool:
         """Write the answer; True if it is taken already (else `_finish` follows when it is)."""
         listener = self.listener
-        if self.closing:
+        if self._closing():
             self._done()
             return False
-        if answer.status == 401:
-            listener.refusals.refused(self.client, f"{request.method} {request.path}: 401")
         head = answer.head(close)
         if request.method == "HEAD" or not answer.body:
             self._write(head)
@@ -422,13 +510,11 @@ class _Connection(asyncio.Protocol):
         self._done()
         if self.closing:
             return
-        if close or (self.eof and not self.buffer):
+        if close or (self.eof and not self.buffer) or self.stale():
             self.close()
             return
         self._wait(self.listener.limits.idle_timeout, "idle")
-        if self.paused:
-            self.paused = False
-            self.transport.resume_reading()
+        self._pace()
         if self.buffer:
             self._wait(self.listener.limits.header_timeout, "no whole request in time")
             self._next_request()
@@ -447,7 +533,7 @@ class _Connection(asyncio.Protocol):
     # -- bytes out, timers, closing ----------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        if self.transport is None or self.closing or not data:
+        if self.transport is None or self._closing() or not data:
             return
         if self.tls is not None:
             data = self.tls.send(data)
@@ -474,6 +560,14 @@ class _Connection(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         self.timer_reason = ""
+
+    def stale(self) -> bool:
+        """Whether it was made under TLS terms other than those in force (another CA,
+        client certificate mode or version): then closed once idle."""
+        if self.terms is None:
+            return False
+        tls = self.listener.tls()
+        return tls is None or tls.terms != self.terms
 
     def _expired(self, reason: str) -> None:
         self.timer = None
@@ -506,7 +600,7 @@ class _Connection(asyncio.Protocol):
 def _failed(request: Request, error: Exception, failures: RefusalLog) -> Response:
     """A handler's failure: logged as a refusal is, one line every 10 s at most, so that
     a client who found a way to make one cannot fill the log."""
-    failures.failed(f"answering {request.method} {request.path[:64]!r} failed: {error!r}")
+    failures.failed(f"answering {request.method} {printable(request.path, 64)} failed: {error!r}")
     return plain(500, "internal error")
 
 
@@ -540,6 +634,7 @@ class Listener:
         self.failures = RefusalLog()
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(_quiet)
+        bound_asyncio_logs()
         # One worker: bcrypt checks run one at a time, as exporter-toolkit runs them, so
         # that wrong passwords cost one CPU at most.
         self.slow = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="auth")
@@ -586,6 +681,17 @@ class Listener:
         finally:
             self._serving.set()
             self._stopped.set()
+
+    def terms_changed(self) -> None:
+        """The TLS terms changed (from any thread): the connections made under others are
+        closed now where idle, else once their answer is taken."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close
+            self.loop.call_soon_threadsafe(self._close_stale)
+
+    def _close_stale(self) -> None:
+        for connection in list(self.connections):
+            if not connection.busy and connection.stale():
+                connection.close()
 
     def shutdown(self) -> None:
         """Stop serving (from another thread) and wait until `serve_forever` returns; one

@@ -8,6 +8,7 @@ import pytest
 
 from collector.http11 import (
     MAX_HEAD_BYTES,
+    MAX_HEADER_FIELDS,
     Heads,
     Request,
     Response,
@@ -15,6 +16,7 @@ from collector.http11 import (
     accepted,
     has_token,
     plain,
+    printable,
     read_request,
 )
 
@@ -45,7 +47,23 @@ def answer_to(data: bytes) -> Response | tuple[Request, bool]:
         (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
         (b"GET / HTTP/2.0\r\n\r\n", 505, "HTTP/1.1 or HTTP/1.0 only"),
         (b"GET / HTTQ/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
-        (b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET ftp:x HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET / HTTP/1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505, "HTTP/1.1 or HTTP/1.0 only"),
+        (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: x/y\r\n\r\n", 400, "malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: x:8o\r\n\r\n", 400, "malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: u@x\r\n\r\n", 400, "malformed Host header"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n", 400,
+         "malformed Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400,
+         "malformed Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n", 400,
+         "malformed Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: \xd9\xa1\r\n\r\n", 400,
+         "malformed Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X: a\r\n" * MAX_HEADER_FIELDS + b"\r\n", 431,
+         f"more than {MAX_HEADER_FIELDS} header fields"),
         (b"G3T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
         (b"GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", 400, "malformed header"),
         (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n folded\r\n\r\n", 400, "malformed header"),
@@ -97,7 +115,8 @@ def test_a_405_names_what_is_served():
         (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: x-not-close\r\n\r\n", False),
         (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: closed\r\n\r\n", False),
         (b"HEAD / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", False),
-        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n", False),
+        (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", False),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 000\r\n\r\n", False),
     ],
 )
 def test_a_request_is_read_with_whether_its_connection_closes(data, close):
@@ -119,6 +138,65 @@ def test_a_request_keeps_its_parts_and_joins_a_repeated_headers_values():
     )
     assert (request.path, request.query) == ("/processes", "sort=cpu&limit=5")
     assert (Request("GET", "/", {}, "c").path, Request("GET", "/", {}, "c").query) == ("/", "")
+
+
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        ("http://x:9746/metrics", "/metrics"),
+        ("https://x/processes?pod=a", "/processes?pod=a"),
+        ("http://x", "/"),
+        ("http://x?a=1", "/?a=1"),
+    ],
+)
+def test_an_absolute_form_target_is_served_as_its_path(target, path):
+    """RFC 9112 §3.2.2: a server MUST accept the absolute form (a proxy's), and reads the
+    path after its authority."""
+    request, _ = answer_to(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert request.target == path
+
+
+def test_a_later_http_1_minor_version_is_read_as_http_1_1():
+    """RFC 9112 §2.3: a recipient reads a later minor version as the highest it knows, so
+    HTTP/1.2 is HTTP/1.1 (its Host required, kept alive by default), not 505."""
+    assert isinstance(answer_to(b"GET / HTTP/1.2\r\n\r\n"), Response)
+    _, close = answer_to(b"GET / HTTP/1.9\r\nHost: x\r\n\r\n")
+    assert not close
+
+
+@pytest.mark.parametrize(
+    "host", ["x", "", "x:9746", "x:", "127.0.0.1:80", "[::1]:9746", "[::1]", "a-b.c_d~e%41"]
+)
+def test_a_host_of_any_valid_form_is_taken(host):
+    request, _ = answer_to(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert request.headers["host"] == host
+
+
+def test_many_repeated_fields_cost_a_join_each_not_a_copy_each():
+    """A head of header lines all of one name is joined once: a copy of the joined value at
+    each line would cost the square of the head's size (16,000 lines of `a:`, 64 KiB)."""
+    lines = MAX_HEADER_FIELDS - 1
+    request, _ = answer_to(b"GET / HTTP/1.1\r\nHost: x\r\n" + b"A: v\r\n" * lines + b"\r\n")
+    assert request.headers["a"] == ", ".join(["v"] * lines)
+    refused = answer_to(b"GET / HTTP/1.1\r\nHost: x\r\n" + b"a:\r\n" * 16_000 + b"\r\n")
+    assert isinstance(refused, Response) and refused.status == 431
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("/metrics", "/metrics"),
+        ("/\x1b]0;owned\x07", "/\\x1b]0;owned\\x07"),
+        ("/\x9b31m", "/\\x9b31m"),
+        ("/a\\x1b", "/a\\\\x1b"),
+        ("/\u202e", "/\\u202e"),
+        ("/" + "a" * 300, "/" + "a" * 199 + "…"),
+    ],
+)
+def test_what_a_client_sent_is_logged_printable(text, shown):
+    """An escape sequence (ESC, OSC, a C1 CSI) in a path reaches a log line, and from it an
+    operator's terminal, as text; a backslash is doubled, so no escape can be forged."""
+    assert printable(text) == shown
 
 
 def test_only_spaces_and_tabs_are_trimmed_from_a_header_value():

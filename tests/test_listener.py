@@ -6,8 +6,10 @@ and server a test makes is closed when it ends, failed or not."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import logging
 import os
 import resource
 import socket
@@ -21,7 +23,7 @@ import psutil
 import pytest
 
 from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response
-from collector.listener import MAX_ASIDE, Deferred, Limits, Listener, RefusalLog
+from collector.listener import MAX_ASIDE, Deferred, Limits, Listener, RefusalLog, Seldom
 from tests.net import free_port, request, start_serve, wait_until
 
 
@@ -150,7 +152,8 @@ def test_a_head_sent_a_byte_at_a_time_is_read_whole():
         (b"GARBAGE\r\n\r\n", b"400"),
         (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
         (b"GET / HTTP/2.0\r\n\r\n", b"505"),
-        (b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET ftp:x HTTP/1.1\r\nHost: x\r\n\r\n", b"400"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n", b"400"),
         (b"GET / HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", b"400"),
         (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n folded\r\n\r\n", b"400"),
         (
@@ -518,7 +521,7 @@ def test_failures_a_client_can_cause_are_logged_as_seldom_as_refusals(caplog):
         for _ in range(50):
             assert request(port, "/broken")[0] == 500
     lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert len(lines) == 1 and "answering GET '/broken' failed: RuntimeError('bug')" in lines[0]
+    assert len(lines) == 1 and "answering GET /broken failed: RuntimeError('bug')" in lines[0]
 
 
 def test_refusals_are_logged_at_most_once_every_ten_seconds(caplog):
@@ -784,7 +787,7 @@ def test_a_deferred_answer_that_raises_is_a_500_and_the_connection_goes_on(caplo
     assert answer.count(failed) == 2 and answer.count(b"\r\n\r\ninternal error\n") == 2
     assert answer.endswith(b"Connection: close\r\n\r\nGET /after\n")
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line == f"answering GET {path[:64]!r} failed: RuntimeError('bug')"
+    assert line == f"answering GET {path[:64]}… failed: RuntimeError('bug')"
 
 
 def test_checks_and_views_each_run_in_the_listeners_own_worker():
@@ -1397,7 +1400,7 @@ def test_checks_and_views_past_their_bound_are_503_saying_which(
 
 def test_a_method_or_body_refused_is_told_what_is_served():
     """A method other than GET and HEAD: 405, `Allow: GET, HEAD`, and so in words; a
-    request with a body: 413 in words; an empty Content-Length is no body."""
+    request with a body: 413 in words; an empty Content-Length is malformed (400)."""
     with listening(hello) as listener:
         port = listener.server_address[1]
         wrong = exchange(port, b"PUT / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -1410,7 +1413,8 @@ def test_a_method_or_body_refused_is_told_what_is_served():
     assert b"\r\nAllow: GET, HEAD\r\n" in head and text == b"GET or HEAD only\n"
     assert body.startswith(b"HTTP/1.1 413 Content Too Large\r\n")
     assert body.endswith(b"\r\n\r\na request body is not accepted\n")
-    assert empty.startswith(b"HTTP/1.1 200 OK\r\n") and empty.endswith(b"GET /\n")
+    assert empty.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert empty.endswith(b"malformed Content-Length\n")
 
 
 def test_a_connection_closing_with_its_answer_unsent_is_not_evicted():
@@ -1437,3 +1441,130 @@ def test_a_connection_closing_with_its_answer_unsent_is_not_evicted():
         head, body = read_answer(reader, bytearray())
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == answer.body
         assert closed_by_server(reader, 5)
+
+
+# -- no client takes the loop ----------------------------------------------------------------
+
+
+def test_a_connections_pipeline_is_answered_a_few_requests_a_turn():
+    """A client that pipelines thousands of small requests in one write is answered at
+    most PIPELINED_PER_TURN of them in one turn of the event loop; every other connection's
+    callbacks run between (a ticker re-scheduling itself once a turn counts the turns)."""
+    from collector.listener import PIPELINED_PER_TURN
+
+    turns = [0]
+    answered_in: list[int] = []
+
+    def counted(request: Request) -> Response:
+        answered_in.append(turns[0])
+        return hello(request)
+
+    with listening(counted) as listener:
+
+        def tick() -> None:
+            turns[0] += 1
+            if len(answered_in) < 400:
+                listener.loop.call_soon(tick)
+
+        listener.loop.call_soon_threadsafe(tick)
+        pipeline = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 399
+        answer = exchange(
+            listener.server_address[1],
+            pipeline + b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            timeout=20,
+        )
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 400
+    per_turn = collections.Counter(answered_in)
+    assert max(per_turn.values()) <= PIPELINED_PER_TURN, per_turn.most_common(3)
+
+
+def test_a_pipeline_half_closed_by_its_client_is_answered_whole():
+    """A client that writes its pipeline and shuts its side (EOF) is answered every
+    request, though they take several turns, then closed."""
+    with (
+        listening(hello) as listener,
+        socket.create_connection(("127.0.0.1", listener.server_address[1]), timeout=10) as sock,
+    ):
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+        sock.shutdown(socket.SHUT_WR)
+        answer = until_closed(sock)
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 50
+
+
+def test_writes_stop_once_the_client_resets_the_connection(caplog, monkeypatch):
+    """Pipeline thousands of requests, then reset: asyncio marks the transport closing at
+    the first failed write, and nothing more is written to it (else asyncio logs
+    `socket.send() raised exception.` for each write past its fifth). Every request is
+    answered in one turn here, as a connection's turn would be if it were longer."""
+    import collector.listener
+
+    monkeypatch.setattr(collector.listener, "PIPELINED_PER_TURN", 100_000)
+    asyncio_logger = logging.getLogger("asyncio")
+    bound = [f for f in asyncio_logger.filters if isinstance(f, Seldom)]
+    with listening(hello) as listener:
+        for f in bound:  # this test sees every line asyncio logs
+            asyncio_logger.removeFilter(f)
+        try:
+            with caplog.at_level("WARNING", logger="asyncio"):
+                for _ in range(5):
+                    sock = socket.create_connection(("127.0.0.1", listener.server_address[1]))
+                    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 8000)
+                    sock.recv(1)  # the server is answering the pipeline: reset it now
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    sock.close()
+                time.sleep(0.5)
+                assert request(listener.server_address[1], "/after")[0] == 200
+        finally:
+            for f in bound:
+                asyncio_logger.addFilter(f)
+    sends = [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
+    assert not sends, len(sends)
+
+
+def test_asyncio_logs_are_held_to_the_refusal_logs_bound():
+    """Whatever asyncio itself logs reaches the log at most once every 10 s, the rest
+    counted into the next line."""
+    now = [0.0]
+    seldom = Seldom(every=10, monotonic=lambda: now[0])
+
+    def record(text: str) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.WARNING, __file__, 1, text, None, None)
+
+    first = record("socket.send() raised exception.")
+    assert seldom.filter(first)
+    assert not any(seldom.filter(record("socket.send() raised exception.")) for _ in range(500))
+    now[0] = 10.0
+    later = record("socket.send() raised exception.")
+    assert seldom.filter(later)
+    assert later.getMessage().endswith("(and 500 more held back since the last line)")
+    assert any(isinstance(f, Seldom) for f in logging.getLogger("asyncio").filters)
+
+
+def test_a_head_of_too_many_fields_is_refused_with_431():
+    with listening(hello) as listener:
+        answer = exchange(
+            listener.server_address[1],
+            b"GET / HTTP/1.1\r\nHost: x\r\n" + b"a:\r\n" * 16_000 + b"\r\n",
+        )
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+
+
+def test_what_a_client_sent_reaches_the_log_as_printable_text(caplog):
+    """A path holding a terminal's escape sequences (ESC, OSC, a C1 CSI) is logged escaped
+    in the line naming a 401: an operator's terminal shows it, never obeys it."""
+
+    def unauthorized(request: Request) -> Response:
+        return Response(401, b"unauthorized\n")
+
+    with (
+        caplog.at_level("INFO", logger="collector.listener"),
+        listening(unauthorized) as listener,
+    ):
+        answer = exchange(
+            listener.server_address[1],
+            b"GET /\x1b]0;owned\x07\x1b[2J\x9b31m HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+    assert answer.startswith(b"HTTP/1.1 401 ")
+    (line,) = [r.getMessage() for r in caplog.records if "401" in r.getMessage()]
+    assert "\x1b" not in line and "\x9b" not in line and "\x07" not in line
+    assert "/\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in line
