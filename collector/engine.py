@@ -329,7 +329,10 @@ def _holds(directory: bytes, path: bytes | None) -> bool:
 
 
 def _locations(dirs: CgroupDirs) -> list[Location]:
-    return [Location(hierarchy, path.encode(), None, False) for hierarchy, path in dirs]
+    return [
+        Location(hierarchy, path.encode("utf-8", "surrogateescape"), None, False)
+        for hierarchy, path in dirs
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,19 +79,49 @@ def strip_namespace_prefix(path: str) -> str:
     return path
 
 
+_LOOKS_ESCAPED = re.compile(r"\\x[89a-f][0-9a-f]")
+"""What `label_of` makes of a byte that is not UTF-8 (always 0x80 or above)."""
+
+
+def label_of(path: str) -> str:
+    """A cgroup path (its bytes not UTF-8 held as surrogates, as `parse_cgroup` reads
+    them) as a label value, which must be UTF-8, two paths never one label. A path in
+    UTF-8 is itself (systemd's `\\x2d` escapes included), unless it holds what an escaped
+    byte looks like (`\\x80` to `\\xff`); such a path, and a path not in UTF-8, has each
+    backslash doubled and each byte that is not UTF-8 written `\\xNN`. So an escaped
+    label always holds a `\\xNN` of 80 or above and a label as read never does, and the
+    escaping is undone one way only."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = path.encode("utf-8", "surrogateescape")
+        return raw.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+    if "\\x" in path and _LOOKS_ESCAPED.search(path):
+        return path.replace("\\", "\\\\")
+    return path
+
+
 class _Conmon(enum.Enum):
     """What `_pod_or_conmon` says of a path into a pod's conmon scope."""
 
     SCOPE = "conmon"
 
 
-def _pod_or_conmon(path: str) -> PodRef | _Conmon | None:
-    """The pod of a path, `_Conmon.SCOPE` for the runtime's monitor in a pod, or None."""
+def _pod_or_conmon(path: str, root: str = "/") -> PodRef | _Conmon | None:
+    """The pod of a path, `_Conmon.SCOPE` for the runtime's monitor in a pod, or None.
+
+    A pod segment counts only where kubelet puts pods (`kubelet_placed`): whoever may
+    make a cgroup elsewhere (a systemd delegation, a rootless runtime) cannot name a real
+    pod's UID in it and add their processes to that pod. `root`: where the reader's cgroup
+    namespace sits on the host in this hierarchy, the other top a kubelet may have."""
+    relative = path == "/.." or path.startswith("/../")
     segments = [s for s in strip_namespace_prefix(path).split("/") if s]
     for index, segment in enumerate(segments):
         match = _POD_SEGMENT.match(segment)
         if match is None:
             continue
+        if not kubelet_placed(segments[:index], relative, root):
+            return None
         uid = match["uid"].replace("_", "-")
         qos = _qos(segments[:index], match)
         if match["cid"] is not None:
@@ -107,6 +137,23 @@ def _pod_or_conmon(path: str) -> PodRef | _Conmon | None:
                 container_id = container["cid"]
         return PodRef(uid, qos, container_id)
     return None
+
+
+def kubelet_placed(parents: list[str], relative: bool = False, root: str = "/") -> bool:
+    """Whether a pod directory below `parents` (the segments above it) is where kubelet
+    puts pods: below a kubepods directory at the top of the hierarchy (`kubepods`,
+    `kubepods.slice`; kind's `kubelet.slice`), or at the top of the reader's cgroup
+    namespace `root`, through kubepods and QoS directories only. A path seen from a
+    namespace whose root was not found (`relative`: its leading `/..` dropped) has lost
+    its top: every segment left above the pod must be one of kubelet's."""
+    if relative:
+        return all(_KUBEPODS_DIR.match(name) or name in _QOS_DIR for name in parents)
+    top = [s for s in root.split("/") if s]
+    if top and parents[: len(top)] == top:
+        parents = parents[len(top) :]
+    if not parents or not _KUBELET_TOP.match(parents[0]):
+        return False
+    return all(leads_to_pods(parents[i], parents[i - 1]) for i in range(1, len(parents)))
 
 
 def host_path_in(
@@ -125,7 +172,7 @@ def pod_of_dir(parents: list[str], name: str) -> PodRef | None:
     """The pod whose own cgroup directory is `name`, under directories `parents` (from
     the hierarchy's root), or None: one pattern match, the QoS class from the path."""
     match = _POD_SEGMENT.match(name)
-    if match is None or match["cid"] is not None:
+    if match is None or match["cid"] is not None or not kubelet_placed(parents):
         return None
     return PodRef(match["uid"].replace("_", "-"), _qos(parents, match), "")
 
@@ -141,6 +188,9 @@ def container_of_dir(pod: PodRef, name: str) -> PodRef | None:
 
 _KUBEPODS_DIR = re.compile(r"^(?:[a-z0-9-]*kubepods[a-z0-9-]*(?:\.slice)?|kubelet\.slice)$")
 _QOS_DIR = frozenset({"burstable", "besteffort"})
+_KUBELET_TOP = re.compile(r"^(?:[a-z0-9-]*kubepods[a-z0-9-]*(?:\.slice)?|kubelet(?:\.slice)?)$")
+"""A directory at the top of a hierarchy under which kubelet puts pods: its kubepods, or
+the cgroup of a kubelet nested in a node container (kind: `kubelet.slice`, `kubelet`)."""
 
 
 def leads_to_pods(name: str, parent: str) -> bool:
@@ -241,8 +291,9 @@ def classify(cgroup_text: bytes, namespace: CgroupNamespace = HOST) -> Classifie
         zip(lines, hosts, strict=True),
         key=lambda pair: (not _is_v2(pair[0]), "cpu" not in pair[0].controllers),
     )
+    roots = namespace.roots or {}
     for line, host in ordered:
-        pod = _pod_or_conmon(line.path if host is None else host)
+        pod = _pod_or_conmon(line.path if host is None else host, roots.get(line.hierarchy, "/"))
         if pod is _Conmon.SCOPE:
             break  # the runtime's own process: no other hierarchy makes it a pod's
         if pod is not None:
@@ -347,7 +398,7 @@ class Grouper:
                 return None
             if classified.cgroup is None:
                 return UNPLACED
-            return Group("cgroup", (("cgroup", classified.cgroup),))
+            return Group("cgroup", (("cgroup", label_of(classified.cgroup)),))
         return self.pod_group(pod)
 
     def pod_group(self, pod: PodRef) -> Group:

@@ -143,10 +143,13 @@ def parse_cgroup(data: bytes) -> tuple[CgroupLine, ...]:
     """`/proc/<pid>/cgroup`: one `hierarchy-ID:controller-list:path` per line.
 
     The path is split at the first two colons only: a v1 `name=systemd` path may hold
-    colons itself (`…pod<uid>.slice:cri-containerd:<id>`).
+    colons itself (`…pod<uid>.slice:cri-containerd:<id>`). Lines end at LF alone: a CR, a
+    form feed or a line separator is a cgroup name's own. Bytes that are not UTF-8 are held
+    as surrogates (`surrogateescape`), so that two names stay two, and the path can be
+    encoded back to the directory's own bytes; `collector.groups.label_of` escapes them.
     """
     lines = []
-    for raw in data.splitlines():
+    for raw in data.split(b"\n"):
         if not raw:
             continue
         parts = raw.split(b":", 2)
@@ -157,7 +160,7 @@ def parse_cgroup(data: bytes) -> tuple[CgroupLine, ...]:
             CgroupLine(
                 hierarchy=int(parts[0]),
                 controllers=controllers,
-                path=parts[2].decode("utf-8", "backslashreplace"),
+                path=parts[2].decode("utf-8", "surrogateescape"),
             )
         )
     if not lines:

@@ -262,6 +262,36 @@ NOT_PODS = [
     ),
     ("a directory merely named like a pod", v2("/mypod/podcast"), "/mypod/podcast"),
     ("a uid-shaped name outside the pod segment", v2(f"/data/{UID}"), f"/data/{UID}"),
+    # A pod segment where kubelet puts no pods: made by whoever may make a cgroup (a
+    # systemd delegation, a rootless runtime), it speaks for no pod.
+    (
+        "a pod segment in a user's delegated cgroup",
+        v2(f"/user.slice/user-1000.slice/user@1000.service/pod{UID}/{CID}"),
+        f"/user.slice/user-1000.slice/user@1000.service/pod{UID}/{CID}",
+    ),
+    (
+        "a systemd pod slice below a service",
+        v2(f"/system.slice/evil.service/kubepods-burstable-pod{UID_}.slice"),
+        f"/system.slice/evil.service/kubepods-burstable-pod{UID_}.slice",
+    ),
+    (
+        "a kubepods directory below a delegation",
+        v2(f"/user.slice/u.service/kubepods/burstable/pod{UID}/{CID}"),
+        f"/user.slice/u.service/kubepods/burstable/pod{UID}/{CID}",
+    ),
+    ("a pod at the top of the hierarchy", v2(f"/pod{UID}/{CID}"), f"/pod{UID}/{CID}"),
+    (
+        "a pod below a non-QoS directory of kubepods",
+        v2(f"/kubepods/mine/pod{UID}/{CID}"),
+        f"/kubepods/mine/pod{UID}/{CID}",
+    ),
+    (
+        "v1: a pod slice in a user's name=systemd path",
+        b"11:cpu,cpuacct:/user.slice\n"
+        + f"1:name=systemd:/user.slice/kubepods-pod{UID_}.slice:cri-containerd:{CID}\n".encode()
+        + b"0::/user.slice\n",
+        "/user.slice",
+    ),
 ]
 
 
@@ -285,6 +315,65 @@ def test_a_path_from_another_namespace_names_no_cgroup_unless_placed(text):
     classified = classify(text)
     assert classified.pod is None
     assert classified.cgroup is None
+
+
+def test_a_pod_at_the_top_of_the_readers_namespace_is_kubelets():
+    """A kubelet nested in a node container (kind) puts its pods at the top of that
+    container's cgroup namespace: found at start-up, it is a top like the host's root."""
+    from collector.cgroupns import CgroupNamespace
+
+    root = "/system.slice/docker-0123.scope"
+    inside = CgroupNamespace({0: root})
+    path = f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{UID_}.slice/x-{CID}.scope"
+    assert classify(v2(path), inside).pod == PodRef(UID, "guaranteed", CID)
+    # the same directories elsewhere below that container are no kubelet's
+    elsewhere = CgroupNamespace({0: "/system.slice"})
+    assert classify(v2("/../docker-0123.scope/app" + path), elsewhere).pod is None
+
+
+def test_kubelet_places_pods_below_its_roots_only():
+    from collector.groups import kubelet_placed
+
+    assert kubelet_placed(["kubepods"]) and kubelet_placed(["kubepods", "burstable"])
+    assert kubelet_placed(["kubepods.slice", "kubepods-besteffort.slice"])
+    assert kubelet_placed(["kubelet", "kubelet-kubepods"])
+    assert not kubelet_placed([]) and not kubelet_placed(["user.slice", "kubepods"])
+    assert not kubelet_placed(["burstable"])  # a QoS directory at the top is no kubelet's
+    # seen from a namespace whose root is unknown, the top is lost: what is left must be
+    # kubelet's own directories
+    assert kubelet_placed([], relative=True) and kubelet_placed(["burstable"], relative=True)
+    assert not kubelet_placed(["user.slice", "kubepods"], relative=True)
+
+
+def test_a_cgroup_name_may_hold_a_carriage_return():
+    """Lines of `/proc/<pid>/cgroup` end at LF alone: a CR in a cgroup's name is its own,
+    and does not cut its process's path (which would hide it from every sum)."""
+    classified = classify(b"0::/system.slice/we\rird.service\n")
+    assert classified.cgroup == "/system.slice/we\rird.service"
+    for name in ("\x0b", "\x0c", "\x1c", "\x85", "\u2028"):
+        text = f"0::/a{name}b\n".encode()
+        assert classify(text).cgroup == f"/a{name}b", repr(name)
+
+
+@pytest.mark.parametrize(
+    ("names", "labels"),
+    [
+        ([b"/bad\xff", b"/bad\\xff"], ["/bad\\xff", "/bad\\\\xff"]),
+        ([b"/a\\x2d", b"/a\x2d"], ["/a\\x2d", "/a-"]),  # systemd's escapes stay themselves
+        ([b"/c\\\xe9", b"/c\\\\xe9"], ["/c\\\\\\xe9", "/c\\\\\\\\xe9"]),
+        ([b"/caf\xc3\xa9", b"/caf\xe9"], ["/caf\u00e9", "/caf\\xe9"]),
+    ],
+)
+def test_names_not_in_utf8_keep_apart_from_their_escaped_spelling(names, labels, tmp_path):
+    """A cgroup's name is bytes; a label is UTF-8. A byte that is not UTF-8 is written
+    `\\xNN`, and a name that reads like that (a backslash, x, 80 to ff) has its
+    backslashes doubled: no two names share a label, and every label is UTF-8."""
+    grouper = Grouper(PodNames(str(tmp_path), str(tmp_path)))
+    got = [grouper.group_of(b"0::" + name + b"\n").label_dict()["cgroup"] for name in names]
+    assert got == labels
+    assert len(set(got)) == len(names)
+    for label in got:
+        label.encode("utf-8")
 
 
 @pytest.mark.parametrize(
