@@ -62,6 +62,15 @@ def _count(value: int) -> str:
     return str(value)
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, line
+    breaks, bells) shown as `?`, as ps does: a process names itself, and whoever may make
+    a cgroup names it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def group_name(labels: dict[str, str]) -> str:
     if "uid" in labels:
         name = f"{labels['namespace']}/{labels['pod']}" if labels["pod"] else f"pod {labels['uid']}"
@@ -148,7 +157,7 @@ def as_table(
         header += _CGROUP_COLUMNS
     rows = []
     for group, fields, cgroup in result.ranked():
-        row = [group_name(group.label_dict())]
+        row = [printable(group_name(group.label_dict()))]
         row += [_cell(f, getattr(fields, f)) for _, f in _COLUMNS[1:] if f]
         if cgroup_fields:
             row += _cgroup_cells(cgroup)

@@ -470,16 +470,22 @@ def test_flat_keyed_with_huge_values_and_cuts(pairs, cut):
 
 _COUNTER = st.integers(min_value=0, max_value=50)
 _PSI = st.one_of(st.none(), st.builds(Pressure, _COUNTER, st.one_of(st.none(), _COUNTER)))
+# Every field drawn as a kernel writes it (`st.builds` would also draw the optional quota
+# and period with any integer, negative ones included: no cpu.max holds those).
+_QUOTA = st.one_of(st.none(), st.integers(1_000_000, 100_000_000))  # cpu.max's quota, ns
+_PERIOD = st.one_of(st.none(), st.integers(1_000_000, 1_000_000_000))  # its period, ns
 _BANDWIDTH = st.one_of(
     st.none(),
     st.lists(
         st.builds(
             Bandwidth,
-            st.sampled_from([b"", b"/a", b"/b"]),
-            st.integers(1, 2),
-            _COUNTER,
-            _COUNTER,
-            _COUNTER,
+            path=st.sampled_from([b"", b"/a", b"/b"]),
+            inode=st.integers(1, 2),
+            periods=_COUNTER,
+            throttled_periods=_COUNTER,
+            throttled_ns=_COUNTER,
+            quota_ns=_QUOTA,
+            period_ns=_PERIOD,
         ),
         max_size=3,
         unique_by=lambda b: b.path,

@@ -193,3 +193,21 @@ def test_process_fields_of_each_fixture_group_derived_by_hand():
         ) == expected, name  # fmt: skip
         # each reading is 1 µs of the scripted clock after the last: within a millisecond
         assert abs(fields.observed_nanos - OBSERVED.get(name, 10 * SEC)) < MS, name
+
+
+def test_a_table_shows_a_names_terminal_controls_as_question_marks():
+    """Whoever may make a cgroup names it: an escape sequence in its name reaches the
+    table as `?`, never the operator's terminal as a command."""
+    from collector.engine import PassResult
+    from collector.groups import Group
+    from collector.model import Fields
+
+    group = Group("cgroup", (("cgroup", "/evil\x1b]0;owned\x07\x9b2J"),))
+    result = PassResult(
+        number=2, listed_at_ns=0, interval_ns=10**9, duration_seconds=0.0, finished_at=0.0,
+        intervals={group: Fields(processes=1, on_cpu_nanos=10**6)}, footprints={}, totals={},
+        dropped={}, dropped_threads={}, tracked_processes=1, tracked_threads=1, denied=0,
+    )  # fmt: skip
+    table = output.as_table(result)
+    assert "/evil?]0;owned??2J" in table
+    assert not any(c in table for c in "\x1b\x07\x9b")

@@ -1145,7 +1145,7 @@ def test_an_answer_too_large_is_refused_without_holding_it():
              "--from", f"http://127.0.0.1:{port}", "--format", "json"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-    assert_one_line_error(result, "over 32 MiB", "no procdelta /processes answer", status=1)
+    assert_one_line_error(result, "over 16 MiB", "no procdelta /processes answer", status=1)
 
 
 def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
@@ -1189,6 +1189,53 @@ def test_a_document_of_another_shape_is_refused_before_it_is_drawn(document, pro
     with hostile(answer) as (port, _):
         result = procdelta("top", "--from", f"http://127.0.0.1:{port}")
     assert_one_line_error(result, "not a procdelta /processes answer", problem, status=1)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b'{"processes": [], "timestamp": NaN}', "not a JSON object"),
+        (b'{"processes": [], "interval_seconds": Infinity}', "not a JSON object"),
+        (b'{"processes": [], "timestamp": 1e300}', "timestamp is not a number"),
+        (b'{"processes": [], "timestamp": "now"}', "timestamp is not a number"),
+        (b'{"processes": [{"pid": 1, "comm": "x", "group": {}, '
+         b'"on_cpu_nanos": 18446744073709551616}]}',
+         "processes[0].on_cpu_nanos is not a count"),
+        (b'{"processes": [{"pid": 99999999999999999999999, "comm": "x", "group": {}}]}',
+         "processes[0] has no pid"),
+        (b'{"processes": [], "x": ' + b"9" * 5000 + b"}", "not a JSON object"),
+        (b'{"processes": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not a JSON object"),
+    ],
+)  # fmt: skip
+def test_values_top_cannot_draw_are_refused_in_one_line(body, problem):
+    """What passes for JSON but cannot be drawn: NaN or infinite clocks, counts past the
+    kernel's 64 bits, numbers past Python's digits, nesting past the stack: one line
+    naming the answer, never a traceback."""
+
+    def answer(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    with hostile(answer) as (port, _):
+        result = procdelta("top", "--from", f"http://127.0.0.1:{port}", "--format", "json")
+    assert_one_line_error(result, "not a procdelta /processes answer", problem, status=1)
+
+
+def test_an_answer_of_tiny_values_is_refused_before_it_is_parsed():
+    """16 MiB of `{},` would cost some 400 MiB to parse: an answer of more values than a
+    node's processes have is refused before parsing, in 200 MiB of address space."""
+    body = b"[" + b"{}," * ((top.remote.MAX_ANSWER_BYTES // 3) - 1) + b"{}]"
+
+    def answer(sock: socket.socket, port: int) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(body)
+
+    with hostile(answer) as (port, _):
+        result = subprocess.run(
+            ["prlimit", f"--as={200 << 20}", sys.executable, "-m", "collector", "top",
+             "--from", f"http://127.0.0.1:{port}", "--format", "json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert_one_line_error(result, "values is no procdelta /processes answer", status=1)
 
 
 @pytest.mark.parametrize(

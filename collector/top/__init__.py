@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from collector.output import printable
 from collector.top.core import (
     LocalSource,
     Selection,
@@ -28,7 +29,6 @@ from collector.top.core import (
     Viewer,
     one_interval,
     parse_pod,
-    printable,
 )
 from collector.top.errors import BadValue, TopError
 from collector.top.remote import (

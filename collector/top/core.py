@@ -160,11 +160,3 @@ def one_interval(viewer: Viewer, interval: float, sleep=time.sleep) -> View:
     if view is None:
         raise TopError("the pass over the proc filesystem failed; see the log")
     return view
-
-
-def printable(text: str) -> str:
-    """`text` with every character a terminal would act on (escape sequences, line
-    breaks, bells) shown as `?`, as ps does: a process names itself."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)

@@ -18,15 +18,22 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from collector import __version__
+from collector.output import printable
 from collector.procfs import ProcFS
-from collector.top.core import Selection, View, printable
+from collector.top.core import Selection, View
 from collector.top.errors import BadValue, TopError
 from collector.top.threads import check_same_node
 
 REQUEST_TIMEOUT = 10.0  # seconds a GET of --from may take, from connecting to its last byte
-MAX_ANSWER_BYTES = 32 << 20
+MAX_ANSWER_BYTES = 16 << 20
 """The most of a server's answer --from reads: a node's every process and group is a few
-MiB; more is no procdelta answer, and is not held in memory."""
+MiB (~40,000 processes fit); more is no procdelta answer, and is not held in memory."""
+MAX_ANSWER_VALUES = 1_500_000
+"""The most JSON values (counted by their `{`, `[`, `,` and `:`) an answer may hold before it
+is parsed: a process is 36, so ~40,000 fit; an answer of tiny values (`[{},{},…]`) would
+cost 25 times its size to parse, this bounds it to a few times."""
+MAX_COUNT = 2**64 - 1
+"""The largest count drawn: the kernel's counters are 64-bit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +210,15 @@ class RemoteSource:
                 f"{where}: an answer over {MAX_ANSWER_BYTES >> 20} MiB is no procdelta "
                 "/processes answer"
             )
+        values = sum(body.count(token) for token in (b"{", b"[", b",", b":"))
+        if values > MAX_ANSWER_VALUES:
+            raise TopError(
+                f"{where}: an answer of over {MAX_ANSWER_VALUES} values is no procdelta "
+                "/processes answer"
+            )
         try:
-            document = json.loads(body)
-        except ValueError:
+            document = json.loads(body, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # not JSON; NaN, Infinity; nested past the stack
             document = None
         problem = _misshapen(document)
         if problem is not None:
@@ -250,9 +263,10 @@ def _misshapen(document: object) -> str | None:
     processes, groups = document.get("processes"), document.setdefault("groups", [])
     if not isinstance(processes, list) or not isinstance(groups, list):
         return "no list of processes and groups"
-    interval = document.get("interval_seconds")
-    if interval is not None and not _number(interval):
-        return "interval_seconds is not a number"
+    for key in ("interval_seconds", "timestamp"):
+        value = document.get(key)
+        if value is not None and not _number(value):
+            return f"{key} is not a number"
     for kind, rows in (("processes", processes), ("groups", groups)):
         for index, row in enumerate(rows):
             if not isinstance(row, dict):
@@ -273,11 +287,22 @@ def _misshapen(document: object) -> str | None:
 
 
 def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a clock or an interval may be: within ±2^63 (a float beyond converts
+    to no time)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 2**63
+    )
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is no JSON number")
 
 
 def _unreachable(reason: object) -> str:

@@ -12,8 +12,8 @@ from rich.console import Group as Stack
 from rich.table import Table
 from rich.text import Text
 
-from collector.output import group_name, middle_cut
-from collector.top.core import Selection, View, printable
+from collector.output import group_name, middle_cut, printable
+from collector.top.core import Selection, View
 
 PLAIN_WIDTH = 80
 
