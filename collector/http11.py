@@ -130,13 +130,13 @@ class Heads:
 
 
 def _bare_lf(buffer: bytearray, start: int, end: int) -> bool:
-    """Whether an LF not preceded by CR lies in buffer[start:end]."""
-    at = buffer.find(b"\n", start, end)
-    while at >= 0:
-        if at == 0 or buffer[at - 1] != 0x0D:
-            return True
-        at = buffer.find(b"\n", at + 1, end)
-    return False
+    """Whether an LF not preceded by CR lies in buffer[start:end]: counted in C, as many
+    LFs as CR LFs (a CR right before `start` pairs with an LF at it), not looked at one by
+    one (16,000 LFs in a 64 KiB head cost milliseconds that way)."""
+    lfs = buffer.count(b"\n", start, end)
+    if not lfs:
+        return False
+    return lfs != buffer.count(b"\r\n", max(start - 1, 0), end)
 
 
 def read_request(

@@ -68,9 +68,10 @@ MAX_GATES = 64
 """Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
 MAX_ASIDE = 4
 """Answers made aside (`Deferred(aside=True)`: views) waiting or being made at once."""
-PIPELINED_PER_TURN = 4
+PIPELINED_PER_TURN = 1
 """Requests of one connection answered at once before the event loop serves the others: a
-client that pipelines thousands in one read takes its turns like everyone else."""
+client that pipelines thousands in one read takes its turns like everyone else. Why one:
+`python -m tests.floods`, in docs/deploy.md ("What the listener withstands")."""
 
 
 class Deferred:

@@ -12,6 +12,7 @@ import resource
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from collector import __version__
@@ -25,6 +26,8 @@ log = logging.getLogger("procdelta")
 
 STOP_SECONDS = 5.0
 """How long `serve` may take to stop once asked (the kubelet's grace period is 30 s)."""
+SIGHUP_SECONDS = 1.0
+"""SIGHUPs within this of a re-read they asked for are taken together, after it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,11 +94,14 @@ def run_serve(settings: ServeSettings) -> None:
     # it, the main thread until a signal.
     serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     serving.start()
+    reload_at = 0.0  # SIGHUPs re-read the file at most once a second: a storm, once
     while not came & {signal.SIGTERM, signal.SIGINT}:
-        wake.wait()
+        hup_waits = signal.SIGHUP in came
+        wake.wait(max(0.0, reload_at - time.monotonic()) if hup_waits else None)
         wake.clear()
-        if signal.SIGHUP in came:
+        if signal.SIGHUP in came and time.monotonic() >= reload_at:
             came.discard(signal.SIGHUP)
+            reload_at = time.monotonic() + SIGHUP_SECONDS
             if web is None:
                 log.info("SIGHUP: no --web.config.file to reload; carrying on")
             else:

@@ -1214,3 +1214,24 @@ def test_clients_without_credentials_hold_no_place_of_the_scrapes(tmp_path):
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_a_sighup_storm_rereads_the_file_once_a_second(tmp_path):
+    """200 SIGHUPs in a second: the file is re-read once at the first and once for the
+    rest, a second later (each re-read is a line in the log and a bcrypt-hashed file
+    parsed), and serve answers throughout."""
+    config = users_config(tmp_path, alice="a")
+    port = free_port()
+    process = start_serve(port, "--web.config.file", str(config))
+    try:
+        wait_until(lambda: get(port, None, "alice", "a") == 200, 30, "serve answering")
+        for _ in range(200):
+            process.send_signal(signal.SIGHUP)
+            time.sleep(0.005)
+        assert get(port, None, "alice", "a") == 200
+        time.sleep(2)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr
+    assert 1 <= stderr.count("reloaded from") <= 3, stderr.count("reloaded from")
