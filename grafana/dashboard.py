@@ -226,7 +226,9 @@ def row(title: str) -> dict:
 
 def variable(name: str, query: str, label: str, first: bool = False) -> dict:
     """A query variable; "All" by default, or (`first`) its first value: a big cluster's
-    panels then ask for one namespace's pods, or one node's, until the user widens them."""
+    panels then ask for one namespace's pods, or one node's, until the user widens them.
+    Such a variable has no "All" option: Grafana 11's scenes take a variable with one and
+    no value set for All (`defaultToAll` follows `includeAll`), whatever `current` says."""
     return {
         "name": name,
         "label": label,
@@ -235,9 +237,9 @@ def variable(name: str, query: str, label: str, first: bool = False) -> dict:
         "query": {"query": query, "refId": name},
         "definition": query,
         "refresh": 2,
-        "includeAll": True,
+        "includeAll": not first,
         "multi": True,
-        "allValue": ".*",
+        **({} if first else {"allValue": ".*"}),
         "current": {} if first else {"text": "All", "value": "$__all"},
         "sort": 1,
     }
@@ -541,12 +543,50 @@ def neighbour_panels() -> list[dict]:
                 ),
             ],
             "For the selected nodes ($node) where the selected pods ran: the pods starved "
-            "there (node:procdelta_pods_cpu_starved:count, ProcdeltaPodCPUStarved's "
-            "condition), what ProcdeltaNodeCPUSaturated pages on; the runnable threads per "
+            "there within their entitlement, on the kernel's basis "
+            "(node:procdelta_pods_cpu_starved:count), what ProcdeltaNodeCPUSaturated pages "
+            "on; the runnable threads per "
             "CPU (on-CPU plus run delay per second of every group procdelta sees on the node, "
             "over procdelta_node_cpus: above 1, more threads want a CPU than the node has, "
             "its pods' own quotas' throttled threads included); and the share of the node's "
             f"runnable time spent waiting. {FINDINGS}",
+        ),
+    ]
+
+
+def node_panels() -> list[dict]:
+    """The selected node alone, whatever pods are selected: what a node's page
+    (ProcdeltaNodeCPUSaturated, its `dashboard_url`) opens on."""
+    finding = "node_namespace_pod:procdelta_cpu_finding:ratio_rate5m"
+    starved = f'{finding}{{{NODE}, finding="starved", pod!=""}}'
+    paged = f'node_namespace_pod:procdelta_cpu_starved_paged:ratio_rate5m{{{NODE}, pod!=""}}'
+    beside = f'node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{NODE}, pod!=""}} / 1e9'
+    outside = f"node:procdelta_outside_pods_on_cpu_nanos:rate5m{{{NODE}}} / 1e9"
+    return [
+        row("The selected node: its starved pods, and the pods beside them"),
+        table(
+            "Node: its starved pods",
+            [
+                (starved, "{{cluster}} {{node}} {{namespace}}/{{pod}} starved ({{basis}})"),
+                (paged, "{{cluster}} {{node}} {{namespace}}/{{pod}} owed (its page's)"),
+            ],
+            "The pods of the selected nodes ($node) starved over the time range: the "
+            "neighbours' share of the time they had work (ProcdeltaPodCPUStarved's "
+            "condition, on the kernel's basis or the interval's), and of those the ones "
+            "the node's page is for, within their entitlement on the kernel's basis "
+            f"(node_namespace_pod:procdelta_cpu_starved_paged:ratio_rate5m). {FINDINGS}",
+            "percentunit",
+        ),
+        table(
+            "Node: cores used per pod beside them",
+            [
+                (beside, "{{cluster}} {{node}} {{namespace}}/{{pod}}"),
+                (outside, "{{cluster}} {{node}} processes outside pods"),
+            ],
+            "Every pod of the selected nodes ($node), ranked by the cores its cgroup used "
+            "over the time range (every task, short-lived ones included), and the processes "
+            "outside pods there: who held the CPUs the starved pods waited for.",
+            "short",
         ),
     ]
 
@@ -694,6 +734,7 @@ def dashboard() -> dict:
         *cpu_panels(),
         *workload_panels(),
         *neighbour_panels(),
+        *node_panels(),
         *memory_panels(),
         *self_panels(),
     ]

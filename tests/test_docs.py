@@ -445,8 +445,10 @@ def test_operating_groups_the_flags_as_help_does(name):
 def test_the_inhibition_example_matches_the_alerts_labels():
     """docs/findings.md's Alertmanager inhibition: each workload alert silences the pod
     alerts of the same finding and the same workload, and no other, on the labels the alerts
-    carry in the promtool tests of deploy/prometheus/procdelta.workload.rules.test.yml.
-    Alertmanager compares `equal` labels as strings, a label an alert lacks as empty."""
+    carry in the promtool tests of deploy/prometheus/procdelta.workload.rules.test.yml and
+    procdelta.owed.rules.test.yml; the starved workload's alert silences its alert of
+    bursts too. Alertmanager compares `equal` labels as strings, a label an alert lacks as
+    empty."""
     import yaml
 
     text = (ROOT / "docs" / "findings.md").read_text()
@@ -454,17 +456,22 @@ def test_the_inhibition_example_matches_the_alerts_labels():
     rules = yaml.safe_load(block)["inhibit_rules"]
     matcher = re.compile(r'^alertname = "(\w+)"$')
     pairs = {
-        matcher.match(rule["source_matchers"][0])[1]: matcher.match(rule["target_matchers"][0])[1]
+        (matcher.match(rule["source_matchers"][0])[1], matcher.match(rule["target_matchers"][0])[1])
         for rule in rules
     }
     assert pairs == {
-        "ProcdeltaWorkloadCPUStarved": "ProcdeltaPodCPUStarved",
-        "ProcdeltaWorkloadCPUThrottled": "ProcdeltaPodCPUThrottled",
+        ("ProcdeltaWorkloadCPUStarved", "ProcdeltaPodCPUStarved"),
+        ("ProcdeltaWorkloadCPUThrottled", "ProcdeltaPodCPUThrottled"),
+        ("ProcdeltaWorkloadCPUStarved", "ProcdeltaWorkloadCPUStarvedOften"),
     }
     # the alerts firing together: (case, eval_time) -> alertname -> [labels]
     firing: dict[tuple[str, str], dict[str, list[dict[str, str]]]] = {}
-    tests = ROOT / "deploy" / "prometheus" / "procdelta.workload.rules.test.yml"
-    for case in yaml.safe_load(tests.read_text())["tests"]:
+    cases = [
+        case
+        for name in ("procdelta.workload.rules.test.yml", "procdelta.owed.rules.test.yml")
+        for case in yaml.safe_load((ROOT / "deploy" / "prometheus" / name).read_text())["tests"]
+    ]
+    for case in cases:
         for test in case.get("alert_rule_test", []):
             alerts = firing.setdefault((case["name"], test["eval_time"]), {})
             labels = [{k: str(v) for k, v in a["exp_labels"].items()} for a in test["exp_alerts"]]
@@ -473,9 +480,10 @@ def test_the_inhibition_example_matches_the_alerts_labels():
     for rule in rules:
         assert set(rule) == {"source_matchers", "target_matchers", "equal"}
         source_name = matcher.match(rule["source_matchers"][0])[1]
+        target_name = matcher.match(rule["target_matchers"][0])[1]
         for alerts in firing.values():
             sources = alerts.get(source_name, [])
-            for target in alerts.get(pairs[source_name], []):
+            for target in alerts.get(target_name, []):
                 # the pod's workload alert: the one whose every label but severity it shares
                 own = [
                     s

@@ -774,8 +774,8 @@ def test_workload_thresholds_are_values(tmp_path):
     web["exp_labels"]["severity"] = "page"
     web["exp_annotations"]["description"] = moved(
         web["exp_annotations"]["description"],
-        "threshold above 20% of its pods, for 15m",
-        "threshold above 50% of its pods, for 5m",
+        "threshold above 20% of its pods or 5 of them, for 15m",
+        "threshold above 50% of its pods or 5 of them, for 5m",
     )
     # web alone, already at 10 minutes, and still alone at 20
     tests = [
@@ -805,6 +805,7 @@ def test_the_workload_rules_are_evaluated_on_an_interval_of_their_own(value, int
         "namespace_workload_pod:procdelta_pod_owner:relabel",
         "namespace_workload:procdelta_pods_cpu_starved:ratio",
         "namespace_workload:procdelta_pods_cpu_throttled:ratio",
+        "namespace_workload:procdelta_pods_cpu_starved:count",
     ]
     assert group.get("interval") == interval
     assert [g["name"] for g in groups if "interval" in g] == (
@@ -816,19 +817,25 @@ def test_the_workload_rules_are_evaluated_on_an_interval_of_their_own(value, int
 
 FINDING_ALERT_VALUES = (
     "nodeCPUSaturated",
+    "workloadStarvingNodes",
     "workloadCPUStarved",
+    "workloadCPUStarvedOften",
     "podCPUStarved",
     "podCPUThrottled",
     "podCPUOwnThreads",
     "workloadCPUThrottled",
+    "nodeCPUPressureMissing",
 )
 POD_FINDING_ALERTS = {
     "ProcdeltaNodeCPUSaturated",
+    "ProcdeltaWorkloadStarvingNodes",
     "ProcdeltaWorkloadCPUStarved",
+    "ProcdeltaWorkloadCPUStarvedOften",
     "ProcdeltaPodCPUStarved",
     "ProcdeltaPodCPUThrottled",
     "ProcdeltaPodCPUOwnThreads",
     "ProcdeltaWorkloadCPUThrottled",
+    "ProcdeltaNodeCPUPressureMissing",
 }
 
 

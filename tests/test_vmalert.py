@@ -29,13 +29,15 @@ VMALERT_RULES = (
 EXPECTED = {
     ("ProcdeltaPodCPUStarved", "victim"),
     ("ProcdeltaWorkloadCPUStarved", "victim"),
+    ("ProcdeltaWorkloadCPUStarvedOften", "victim"),  # all of the hour seen, and inhibited
     ("ProcdeltaNodeCPUSaturated", NODE),
     ("ProcdeltaPodCPUOwnThreads", "hog"),
     ("ProcdeltaPodCPUThrottled", "at-quota"),
     ("ProcdeltaWorkloadCPUThrottled", "at-quota"),
 }
-"""The alerts the pods below raise: a pinned victim of a hog (its node pages), the hog
-behind its own three threads, a pod at its quota on the other CPU."""
+"""The alerts the pods below raise: a pinned victim of a hog (its node pages: no
+kube-state-metrics, so its QoS class alone says it is owed), the hog behind its own three
+threads, a pod at its quota on the other CPU."""
 
 
 def test_vmalert_takes_the_rule_file_it_is_given():

@@ -146,31 +146,39 @@ sum by ({{ .c }}, node, namespace, pod) (rate(procdelta_{{ .field }}_total{pod!=
 
 {{/*
 Why each pod waited, each cause (`cause`) a share of the time it had work
-(docs/findings.md#why-a-pod-waits-three-causes), given the cluster label. On the kernel's
-basis where the pod has it: wall time, over the time its tasks waited behind others' or
-throttled (CPU pressure `full`) plus its CPU, at most the wall time (exact for one thread;
-for several their CPU counts each, so a share over it is never more than the truth). Else
-on the interval's: its run delay's parts over its runnable thread-time in the passes split
-so (`run_delay_runnable_nanos`: a series only where a pass was, so that a node with PSI
-decodes nothing for this side). No series for an idle pod (0/0).
+(docs/findings.md#why-a-pod-waits-three-causes), given the cluster label, with the basis
+it was measured on (`basis`). On the kernel's basis where the pod has it (`kernel`): wall
+time, over the time its tasks waited behind others' or throttled (CPU pressure `full`)
+plus its CPU, at most the wall time (exact for one thread; for several their CPU counts
+each, so a share over it is never more than the truth). Else on the interval's
+(`interval`): its run delay's parts over its runnable thread-time in the passes split so
+(`run_delay_runnable_nanos`: a series only where a pass was, so that a node with PSI
+decodes nothing for this side). One basis a pod and cause, the kernel's first. No series
+for an idle pod (0/0).
 */}}
 {{- define "procdelta.causeShares" -}}
 {{- $c := . -}}
-(
-    {{- range $i, $cause := list (list "neighbours" "cpu_stalled_neighbours_nanos") (list "throttled" "cpu_stalled_throttled_nanos") (list "own_threads" "cpu_waiting_own_threads_nanos") }}
-    {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (index $cause 1)) }}, "cause", "{{ index $cause 0 }}", "", "")
-    {{- end }}
+label_replace(
+  (
+      {{- range $i, $cause := list (list "neighbours" "cpu_stalled_neighbours_nanos") (list "throttled" "cpu_stalled_throttled_nanos") (list "own_threads" "cpu_waiting_own_threads_nanos") }}
+      {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (index $cause 1)) }}, "cause", "{{ index $cause 0 }}", "", "")
+      {{- end }}
+  )
+  / ignoring (cause) group_left ()
+    (clamp_max({{ include "procdelta.podRate" (dict "c" $c "field" "cpu_pressure_stalled_nanos") }} + node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m, 1e9) > 0),
+  "basis", "kernel", "", ""
 )
-/ ignoring (cause) group_left ()
-  (clamp_max({{ include "procdelta.podRate" (dict "c" $c "field" "cpu_pressure_stalled_nanos") }} + node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m, 1e9) > 0)
-or
-(
-    {{- range $i, $cause := list "neighbours" "throttled" "own_threads" }}
-    {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (printf "run_delay_%s_nanos" $cause)) }}, "cause", "{{ $cause }}", "", "")
-    {{- end }}
+or on ({{ $c }}, node, namespace, pod, cause)
+label_replace(
+  (
+      {{- range $i, $cause := list "neighbours" "throttled" "own_threads" }}
+      {{ if $i }}or {{ end }}label_replace({{ include "procdelta.podRate" (dict "c" $c "field" (printf "run_delay_%s_nanos" $cause)) }}, "cause", "{{ $cause }}", "", "")
+      {{- end }}
+  )
+  / ignoring (cause) group_left ()
+    ({{ include "procdelta.podRate" (dict "c" $c "field" "run_delay_runnable_nanos") }} > 0),
+  "basis", "interval", "", ""
 )
-/ ignoring (cause) group_left ()
-  ({{ include "procdelta.podRate" (dict "c" $c "field" "run_delay_runnable_nanos") }} > 0)
 {{- end }}
 
 {{/*
@@ -221,11 +229,14 @@ label_replace(
       {{- end }}
       {{- end }}
       or
-        node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="throttled"} > {{ $throttled.waitShare }}
-      or
         label_replace(
-          node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ $throttled.throttledShare }},
-          "cause", "throttled", "", ""
+            node_namespace_pod:procdelta_cpu_wait:ratio_rate5m{cause="throttled"} > {{ $throttled.waitShare }}
+          or on ({{ $c }}, node, namespace, pod)
+            label_replace(
+              node_namespace_pod:procdelta_cpu_throttled_periods:ratio_rate5m > {{ $throttled.throttledShare }},
+              "cause", "throttled", "", ""
+            ),
+          "basis", "", "", ""
         ),
       "finding", "$1", "cause", "(.+)"
     ),
@@ -233,6 +244,37 @@ label_replace(
   ),
   "cause", "", "", ""
 )
+{{- end }}
+
+{{/*
+The starved pods (the `starved` finding) the node's page is for, given (dict "c" <cluster
+label> "entitledOnly" <bool>): on the kernel's basis only (the interval's averages cannot
+tell a pod's own threads from its neighbours on a cpuset: their verdicts stay context),
+and, with entitledOnly, within their entitlement: not BestEffort, and using no more CPU
+than they request (kube-state-metrics' requests, summed over the pod's containers, where
+it has them; where it has none, the QoS class alone). CFS shares a contended CPU by the
+pods' requests: a pod beyond its own is not owed more, and its wait is its owners' to
+fix. Only the starved pods are joined.
+*/}}
+{{- define "procdelta.pagedPods" -}}
+{{- $c := .c -}}
+{{- if .entitledOnly -}}
+  node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="starved", basis="kernel"}
+unless on ({{ $c }}, node, namespace, pod)
+  procdelta_cgroup_cpu_nanos_total{pod!="", qos="besteffort"}
+unless on ({{ $c }}, node, namespace, pod)
+  (
+      node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m
+    and on ({{ $c }}, node, namespace, pod)
+      node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="starved", basis="kernel"}
+  )
+  > on ({{ $c }}, namespace, pod) group_left ()
+    1e9 * sum by ({{ $c }}, namespace, pod) (
+      max by ({{ $c }}, namespace, pod, container) (kube_pod_container_resource_requests{resource="cpu"})
+    )
+{{- else -}}
+node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="starved", basis="kernel"}
+{{- end }}
 {{- end }}
 
 {{/*
