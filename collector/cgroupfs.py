@@ -88,6 +88,7 @@ class Hierarchies:
     cpu: bytes | None = None
     cpuacct: bytes | None = None
     psi: bool = False
+    cpuset: bytes | None = None  # v1's cpuset hierarchy (collector/cpusets.py)
 
     def root(self, hierarchy: str) -> bytes | None:
         return getattr(self, hierarchy)
@@ -126,6 +127,7 @@ def detect(root: str) -> Hierarchies:
         cpu=controller(b"cpu.stat", (b"cpu", b"cpu,cpuacct", b"cpuacct,cpu")),
         cpuacct=controller(b"cpuacct.usage", (b"cpuacct", b"cpu,cpuacct", b"cpuacct,cpu")),
         psi=v2 is not None and _readable(os.path.join(v2, b"cpu.pressure")),
+        cpuset=controller(b"cpuset.effective_cpus", (b"cpuset",)),
     )
 
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
 from collector.cgroupguard import CgroupAdvance, CgroupTracker
+from collector.cpusets import Cpusets, cpu_set
 from collector.groups import CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
@@ -21,13 +22,14 @@ from collector.model import (
     THREAD_REFUSAL_REASONS,
     CgroupFields,
     CgroupReading,
+    CpuSet,
     Fields,
     Malformed,
 )
 from collector.podcgroups import PodCgroups
 from collector.processes import ProcessTable
 from collector.reading import Reader
-from collector.tracker import Tracker
+from collector.tracker import ProcessDelta, Tracker
 from collector.waits import NodeCPU, node_interval, with_waits
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,9 @@ class PassResult:
     carried_by_cgroup: int = 0  # processes not read: their cgroup had not run
     # every process's delta, kept for the processes view (collector/processes.py)
     processes: ProcessTable = field(default_factory=ProcessTable)
+    # the CPUs each group's running processes may use (collector/cpusets.py); empty: not
+    # read, or none of its processes ran
+    cpusets: Mapping[Group, CpuSet] = field(default_factory=dict)
 
     def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
         """Groups with an interval of either kind, the biggest CPU consumers first (by
@@ -136,6 +141,7 @@ class Engine:
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
         # where the pods' cgroups are, in the hierarchies the reader found
         self.pod_cgroups = None if cgroupfs is None else PodCgroups(cgroupfs.hierarchies)
+        self.cpusets = None if cgroupfs is None else Cpusets(cgroupfs.hierarchies)
         self.cgroup_tracker = CgroupTracker()
         self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
         self._cgroup_dirs: dict[Group, CgroupDirs] = {}  # of the last pass's non-pod groups
@@ -182,7 +188,8 @@ class Engine:
             )
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
-            cgroup_intervals = with_waits(grouped.intervals, cgroups.advance.deltas, node)
+            cpusets = self._cpusets(advance.deltas, grouped)
+            cgroup_intervals = with_waits(grouped.intervals, cgroups.advance.deltas, node, cpusets)
             seen = grouped.footprints.keys() | cgroups.read
             self.totals.add_pass(grouped.intervals, seen, cgroup_intervals)
             self._node_before = node_now
@@ -226,7 +233,16 @@ class Engine:
                 advance.carried,
                 grouped.group_of_cgroup,
             ),
+            cpusets=MappingProxyType(cpusets),
         )
+
+    def _cpusets(self, deltas: list[ProcessDelta], grouped: Grouped) -> dict[Group, CpuSet]:
+        """Each group's CPUs, where the cgroup fields are read."""
+        if self.cpusets is None:
+            return {}
+        masks = self.cpusets.of_groups(deltas, grouped.group_of_pid, self.grouper)
+        node = self.cpusets.node()
+        return {group: cpu_set(mask, node) for group, mask in masks.items()}
 
     def _known_cgroups(self) -> dict[Group, list[Location]]:
         """Every pod cgroup on the node (or container cgroup, with `--per-container`), and

@@ -39,7 +39,7 @@ from collector.exposition import (
 from collector.groups import Group
 from collector.http11 import Request, Response, accepted, plain
 from collector.listener import Deferred, Limits, Listener
-from collector.model import CgroupFields, Fields
+from collector.model import CgroupFields, CpuSet, Fields
 from collector.output import counted
 from collector.privileges import refused_reads
 from collector.processes import STORAGE_FIELDS, PassView, Query, QueryError
@@ -82,6 +82,7 @@ class _LastGoodPass:
     footprints: Mapping[Group, FootprintSums] = field(default_factory=dict)
     cgroup_intervals: Mapping[Group, CgroupFields] = field(default_factory=dict)
     view: PassView = field(default_factory=PassView)
+    cpusets: Mapping[Group, CpuSet] = field(default_factory=dict)
 
 
 class PassLoop:
@@ -175,6 +176,7 @@ class PassLoop:
             result.footprints,
             result.cgroup_intervals,
             PassView.of(result),
+            result.cpusets,
         )
         self._publish(self._render(completed_at=self.monotonic()))
         if result.denied and not self._warned_denied:
@@ -188,7 +190,12 @@ class PassLoop:
     def _render(self, completed_at: float | None) -> Snapshot:
         data = self._data
         page = self._renderer.render(
-            data.intervals, data.totals, data.footprints, self._state, data.cgroup_intervals
+            data.intervals,
+            data.totals,
+            data.footprints,
+            self._state,
+            data.cgroup_intervals,
+            data.cpusets,
         )
         return Snapshot(page, self._state.passes, completed_at, data.view)
 

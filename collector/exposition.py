@@ -33,6 +33,7 @@ from collector.model import (
     REFUSAL_REASONS,
     THREAD_REFUSAL_REASONS,
     CgroupFields,
+    CpuSet,
     Fields,
 )
 
@@ -159,19 +160,24 @@ class GroupFamily:
     source: str
     field: str
     suffix: str = ""
+    label: str = ""  # a label of its own, whose value comes with the sample's: (value, n)
 
-    def line(self, group: Group, value: int | None) -> bytes:
+    def line(self, group: Group, value: int | tuple[str, int] | None) -> bytes:
         """The family's sample line for a group, b"" where the group has no value."""
         if value is None:
             return b""
+        labels = group.labels
+        if self.label:
+            assert isinstance(value, tuple)
+            labels, value = (*labels, (self.label, value[0])), value[1]
         return b"%s%s %d\n" % (
             _name_bytes(self.name, self.suffix),
-            _label_bytes(group.labels),
+            _label_bytes(labels),
             value,
         )
 
 
-SOURCES = ("intervals", "cgroup_intervals", "totals", "footprints")
+SOURCES = ("intervals", "cgroup_intervals", "totals", "footprints", "cpusets")
 
 _FOOTPRINT_HELP = (
     ("processes", "Processes seen by the last pass, with a delta or not."),
@@ -206,11 +212,26 @@ def group_families(shapes: Shapes) -> tuple[GroupFamily, ...]:
         GroupFamily(f"procdelta_footprint_{n}", "gauge", help_text, "footprints", n)
         for n, help_text in _FOOTPRINT_HELP
     ]
+    if shapes.cgroup:
+        families.append(
+            GroupFamily(
+                "procdelta_cpuset_cpus",
+                "gauge",
+                "CPUs the group's processes that ran in the last interval may use (the "
+                "union of their cgroups' effective cpusets), as `cpus`: the kernel's list, "
+                "or all.",
+                "cpusets",
+                "",
+                label="cpus",
+            )
+        )
     return tuple(families)
 
 
 def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[[object], tuple]:
     """A group's values for `fields`, from its entry in one source mapping, as a tuple."""
+    if source == "cpusets":  # a CpuSet: its list (a label) and its count
+        return lambda cpuset: (tuple(cpuset),)
     if source == "totals":
         return lambda counters: tuple(map(counters.get, fields))
     get = attrgetter(*fields)
@@ -531,12 +552,14 @@ class PageRenderer:
         footprints: Mapping[Group, FootprintSums],
         state: SelfState,
         cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
+        cpusets: Mapping[Group, CpuSet] | None = None,
     ) -> Page:
         mappings = {
             "intervals": intervals,
             "cgroup_intervals": cgroup_intervals or {},
             "totals": totals,
             "footprints": footprints,
+            "cpusets": cpusets or {},
         }
         blocks = {source: lines.update(mappings[source]) for source, lines in self._sources.items()}
         parts = [

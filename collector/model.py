@@ -276,3 +276,12 @@ waited, on either basis); each is both an interval gauge and a counter."""
 CGROUP_REFUSAL_REASONS: tuple[str, ...] = ("first_seen", "recreated", "counter_fell")
 """Why a group's cgroup gave no delta in a pass (`procdelta_dropped_cgroup_deltas_total`):
 its first sighting, a directory made anew under the same path, or a counter that fell."""
+
+
+class CpuSet(NamedTuple):
+    """The CPUs a group's running processes may use (collector/cpusets.py), as the page
+    says them: the kernel's list (`0-3,8`), or `all` where it is every CPU a cgroup may
+    have; and how many."""
+
+    cpus: str
+    count: int

@@ -20,10 +20,10 @@ where another of its own ran: its own threads'.
 **The interval's averages** (`split_run_delay`), where the cgroup has no such line: its
 run delay (schedstat, thread-time, over the processes that lived through the interval)
 is taken in order by its quota (the throttled time, capped at the run delay), by its own
-threads (runnable thread-time beyond the node's CPUs x the interval) and by its
-neighbours (what is left, at most the CPU time the rest of the node used). A group busy
-in bursts, or allowed fewer CPUs than the node has, shows part of its own threads' wait
-as its neighbours' here: the kernel's account has no such error.
+threads (runnable thread-time beyond the CPUs it may use x the interval: its cpuset's,
+where known, else the node's) and by its neighbours (what is left, at most the CPU time the
+rest of the node used). A group busy in bursts shows part of its own threads' wait as its
+neighbours' here: the kernel's account has no such error.
 
 A group's causes are on one basis or the other in a pass, never both: the exported fields say
 which (`cpu_stalled_*`, `cpu_waiting_own_threads_nanos`: wall time;
@@ -37,7 +37,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from collector.groups import Group
-from collector.model import CgroupFields, Fields, Malformed, ticks_to_ns
+from collector.model import CgroupFields, CpuSet, Fields, Malformed, ticks_to_ns
 
 _BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)
 """Of `/proc/stat`'s `cpu` line (user nice system idle iowait irq softirq steal guest
@@ -93,16 +93,17 @@ def node_interval(
 
 
 def split_run_delay(
-    fields: Fields, cgroup: CgroupFields, node: NodeInterval
+    fields: Fields, cgroup: CgroupFields, node: NodeInterval, cpus: int | None = None
 ) -> tuple[int, int, int]:
     """(throttled, own threads, neighbours): the parts of a group's run delay in one
     interval that each cause explains on the interval's averages (the module's
-    docstring), in nanoseconds of thread-time."""
+    docstring), in nanoseconds of thread-time. `cpus`: how many CPUs the group may use
+    (`collector.cpusets`), where known; else the node's."""
     delay = fields.run_delay_nanos
     throttled = min(delay, cgroup.cpu_throttled_nanos or 0)
     left = delay - throttled
     runnable = fields.on_cpu_nanos + delay
-    own = min(left, max(0, runnable - node.cpus * node.interval_ns))
+    own = min(left, max(0, runnable - (cpus or node.cpus) * node.interval_ns))
     left -= own
     used = max(fields.on_cpu_nanos, cgroup.cgroup_cpu_nanos or 0)
     others = max(0, node.busy_ns - used)
@@ -147,18 +148,23 @@ def with_waits(
     intervals: Mapping[Group, Fields],
     cgroup_intervals: Mapping[Group, CgroupFields],
     node: NodeInterval | None,
+    cpusets: Mapping[Group, CpuSet] | None = None,
 ) -> dict[Group, CgroupFields]:
     """The cgroup intervals, each group's run delay split by cause on the interval's
     averages where its causes are not already the kernel's (no CPU `full` line), it has a
     process interval and a cgroup delta this pass, and the node's interval is known; the
-    other groups as they were."""
+    other groups as they were. `cpusets`: each group's CPUs, where known (its own threads
+    are measured against them)."""
+    cpusets = cpusets or {}
     split = dict(cgroup_intervals)
     if node is None:
         return split
     for group, cgroup in cgroup_intervals.items():
         fields = intervals.get(group)
         if fields is not None and cgroup.cpu_stalled_neighbours_nanos is None:
-            throttled, own, neighbours = split_run_delay(fields, cgroup, node)
+            cpuset = cpusets.get(group)
+            cpus = cpuset.count if cpuset is not None else None
+            throttled, own, neighbours = split_run_delay(fields, cgroup, node, cpus)
             split[group] = replace(
                 cgroup,
                 run_delay_throttled_nanos=throttled,

@@ -237,6 +237,11 @@ def _main_pass(second: bool) -> Files:
     n = int(second)
     files: Files = {
         "unified/cgroup.controllers": "",
+        # the CPUs: the node's two, and nginx's app container pinned to CPU 1 (the CPU
+        # manager's); every other cgroup of the v2 tree has its root's, which the v1-only
+        # pod's processes (at the v2 root) have too
+        "unified/cpuset.cpus.effective": "0-1\n",
+        f"unified/{_NGINX_APP}/cpuset.cpus.effective": "1\n",
         "unified/cpu.pressure": psi(10**9 + n * 10**6),
         "unified/cpu.stat": v2_stat(5 * 10**9 + n * 10**7),
         f"{_V1}/cpu.stat": v1_stat(0, 0, 0),

@@ -20,7 +20,7 @@ from collector.exposition import (
     group_families,
 )
 from collector.groups import Group
-from collector.model import CgroupFields, Fields
+from collector.model import CgroupFields, CpuSet, Fields
 
 
 def build_families(
@@ -30,6 +30,7 @@ def build_families(
     state: SelfState,
     cgroup_intervals: Mapping[Group, CgroupFields] | None = None,
     shapes: Shapes | None = None,
+    cpusets: Mapping[Group, CpuSet] | None = None,
 ) -> list[Family]:
     """Every family of docs/reference.md §5 (and §7), series in a stable order: the page
     rendered whole (`PageRenderer` renders the same bytes, pass after pass, reusing what
@@ -39,19 +40,28 @@ def build_families(
         "cgroup_intervals": cgroup_intervals or {},
         "totals": totals,
         "footprints": footprints,
+        "cpusets": cpusets or {},
     }
     families: list[Family] = []
     for family in group_families(shapes or Shapes()):
         mapping = sources[family.source]
         get = _row_getter(family.source, (family.field,))
         samples = tuple(
-            (family.suffix, g.labels, value)
+            (family.suffix, *_labelled(family.label, g.labels, value))
             for g in _sorted(mapping)
             if (value := get(mapping[g])[0]) is not None
         )
         families.append(Family(family.name, family.kind, family.help, samples))
     families.extend(_self_families(state))
     return families
+
+
+def _labelled(label: str, labels: tuple, value):
+    """A family with a label of its own (`procdelta_cpuset_cpus`'s `cpus`) takes its value
+    with the sample's: (its value, the number)."""
+    if not label:
+        return labels, value
+    return (*labels, (label, value[0])), value[1]
 
 
 def render_both(families: Iterable[Family]) -> tuple[bytes, bytes]:

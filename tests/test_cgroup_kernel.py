@@ -31,7 +31,7 @@ import pytest
 
 from collector.engine import Engine, PassResult
 from collector.exporter import PassLoop
-from collector.model import CgroupFields, Fields
+from collector.model import CgroupFields, CpuSet, Fields
 from collector.parse import parse_flat_keyed, parse_pressure
 from collector.wiring import Options, build_engine
 from tests.cgroupfixture import CgroupReads
@@ -339,3 +339,46 @@ def test_engine_without_cgroup_collector_reads_no_cgroup(tmp_path):
     assert engine.cgroupfs is None and not result.cgroup_intervals
     fields, _ = pod.interval(result)
     assert fields is not None and fields.on_cpu_nanos > 0
+
+
+def test_a_pod_pinned_to_one_cpu_says_so_and_its_own_threads_are_measured_against_it(tmp_path):
+    """A pod whose container v1's cpuset pins to CPU 0 (as the CPU manager's static policy
+    does), two busy threads in it: its CPUs are `0`, one CPU, where the collector's own
+    cgroup has every CPU (`all`); and its run delay, split on the interval's averages (a
+    pod in the v1 hierarchies alone has no CPU pressure), is its own threads' (two
+    runnable against one CPU), not its neighbours' (the node has two)."""
+    root = hierarchy("cpuset")
+    with Pod(tmp_path, "pinned", kinds=("cpu", "cpuacct", "cpuset")) as pod:
+        # a v1 cpuset takes no task before its CPUs and memory nodes are set, level by level
+        path = root
+        for part in pod.path.split("/"):
+            parent, path = path, os.path.join(path, part)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                with open(os.path.join(path, name), "w") as out:
+                    out.write(read(os.path.join(parent, name)).decode().strip() or "0")
+        with open(os.path.join(pod.dirs["cpuset"], "cpuset.cpus"), "w") as out:
+            out.write("0")
+        options = Options(**{**pod.options.__dict__, "pods_only": False})
+        with Workload(list(pod.dirs.values()), "--busy", "2"):
+            engine = build_engine(options)
+            time.sleep(0.3)
+            engine.run_pass()
+            time.sleep(INTERVAL)
+            result = engine.run_pass()
+    (group,) = [g for g in result.cpusets if g.label_dict().get("uid") == pod.uid]
+    assert result.cpusets[group] == CpuSet("0", 1)
+    node = read(os.path.join(root, "cpuset.effective_cpus")).decode().strip()
+    own = [g for g in result.cpusets if g.kind == "cgroup"]
+    assert own and all(result.cpusets[g].cpus == "all" for g in own), (node, own)
+    split = result.cgroup_intervals[group]
+    fields = result.intervals[group]
+    print(
+        f"\npinned pod, 2 busy threads on CPU 0 of {node}: "
+        f"on-CPU {fields.on_cpu_nanos / 1e9:.2f} s, "
+        f"run delay {fields.run_delay_nanos / 1e9:.2f} s: own threads "
+        f"{(split.run_delay_own_threads_nanos or 0) / 1e9:.2f} s, neighbours "
+        f"{(split.run_delay_neighbours_nanos or 0) / 1e9:.2f} s"
+    )
+    assert split.run_delay_own_threads_nanos is not None
+    assert split.run_delay_own_threads_nanos > 0.7 * fields.run_delay_nanos
+    assert split.run_delay_neighbours_nanos < 0.3 * fields.run_delay_nanos

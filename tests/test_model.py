@@ -30,6 +30,7 @@ PINNED = {
     "collector.groups.Group": ("kind", "labels"),
     "collector.waits.NodeCPU": ("cpus", "busy_ns"),
     "collector.waits.NodeInterval": ("cpus", "interval_ns", "busy_ns"),
+    "collector.model.CpuSet": ("cpus", "count"),
     "collector.model.Bandwidth": (
         "path", "inode", "periods", "throttled_periods", "throttled_ns", "quota_ns", "period_ns",
     ),

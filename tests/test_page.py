@@ -23,7 +23,7 @@ from collector.exposition import (
     Shapes,
 )
 from collector.groups import Group
-from collector.model import CGROUP_FIELD_NAMES, COUNTER_FIELD_NAMES, CgroupFields, Fields
+from collector.model import CGROUP_FIELD_NAMES, COUNTER_FIELD_NAMES, CgroupFields, CpuSet, Fields
 from tests.pageoracle import build_families, render_both
 
 SHAPES = [
@@ -57,11 +57,13 @@ class Node:
         names = COUNTER_FIELD_NAMES + CGROUP_FIELD_NAMES
         totals = {n: rng.randrange(0, 10**15) for n in names if rng.random() < 0.9}
         footprint = FootprintSums(rng.randrange(1, 50), rng.randrange(1, 500), rng.randrange(10**9))
+        cpuset = CpuSet(*rng.choice((("all", 8), ("0-1", 2), ("2-3,6", 3))))
         return {
             "interval": fields if rng.random() < 0.8 else None,  # no interval: a new process
             "cgroup": cgroup if rng.random() < 0.8 else None,
             "totals": totals,
             "footprint": footprint,
+            "cpuset": cpuset if rng.random() < 0.7 else None,  # none of it ran
         }
 
     def step(self) -> None:
@@ -87,7 +89,8 @@ class Node:
         cgroups = {k: s["cgroup"] for k, s in g.items() if s["cgroup"] is not None}
         totals = {k: s["totals"] for k, s in g.items()}
         footprints = {k: s["footprint"] for k, s in g.items()}
-        return intervals, totals, footprints, cgroups
+        cpusets = {k: s["cpuset"] for k, s in g.items() if s["cpuset"] is not None}
+        return intervals, totals, footprints, cgroups, cpusets
 
 
 def state(passes: int) -> SelfState:
@@ -110,9 +113,9 @@ def test_the_page_pass_after_pass_is_a_fresh_render(shapes, seed):
     renderer = PageRenderer(shapes)
     for n in range(12):
         node.step()
-        intervals, totals, footprints, cgroups = node.mappings()
-        page = renderer.render(intervals, totals, footprints, state(n), cgroups)
-        fresh = build_families(intervals, totals, footprints, state(n), cgroups, shapes)
+        intervals, totals, footprints, cgroups, cpusets = node.mappings()
+        page = renderer.render(intervals, totals, footprints, state(n), cgroups, cpusets)
+        fresh = build_families(intervals, totals, footprints, state(n), cgroups, shapes, cpusets)
         text, openmetrics = render_both(fresh)
         formats = [(False, text), (True, openmetrics)]
         rng.shuffle(formats)  # a scraper asks for either first
