@@ -388,9 +388,16 @@ def node_families(fleet: Fleet, node: int) -> list[tuple[str, Series]]:
 
 
 def kube_state_metrics_families(fleet: Fleet) -> list[tuple[str, Series]]:
-    """kube-state-metrics' series the workload map reads, and each pod's info."""
-    owners, info = [], []
-    for pod in fleet.pods:
+    """kube-state-metrics' series the workload map reads, each pod's info, and its CPU
+    requests (one container a pod, two for every third) that the node's page reads."""
+    owners, info, requests = [], [], []
+    for index, pod in enumerate(fleet.pods):
+        for container in ("app", "sidecar")[: 1 + (index % 3 == 0)]:
+            requests.append((
+                f'kube_pod_container_resource_requests{{namespace="{pod.namespace}",'
+                f'pod="{pod.name}",uid="{pod.uid}",container="{container}",'
+                f'node="{fleet.nodes[pod.node]}",resource="cpu",unit="core"}} ',
+                0.1 * (1 + index % 5), 0.0))  # fmt: skip
         controller = "true" if pod.owner_kind else "false"
         owners.append((
             f'kube_pod_owner{{namespace="{pod.namespace}",pod="{pod.name}",uid="{pod.uid}",'
@@ -417,6 +424,7 @@ def kube_state_metrics_families(fleet: Fleet) -> list[tuple[str, Series]]:
         _family("kube_pod_info", "gauge", info),
         _family("kube_replicaset_owner", "gauge", replicasets),
         _family("kube_job_owner", "gauge", jobs),
+        _family("kube_pod_container_resource_requests", "gauge", requests),
     ]
 
 
@@ -570,14 +578,22 @@ class Run:
 
 
 @contextlib.contextmanager
-def prometheus(rules: Path | None, fleet: Fleet, port: int, args):
+def prometheus(rules: Path | None, fleet: Fleet, port: int, args, history: str | None = None):
     """Debian's prometheus on a free loopback port, scraping the fleet (served on `port`)
-    with the rules (None: none), its TSDB in a directory of its own; yields its URL once
-    ready. The process is stopped and the directory removed on the way out, whatever
-    happened."""
+    with the rules (None: none), its TSDB in a directory of its own (with `history`, an
+    OpenMetrics text of samples from before it started, written into it as a block by
+    `promtool tsdb create-blocks-from openmetrics`); yields its URL once ready. The process
+    is stopped and the directory removed on the way out, whatever happened."""
     directory = Path(tempfile.mkdtemp(prefix="rulecost-"))
     process = None
     try:
+        if history is not None:
+            (directory / "history.om").write_text(history)
+            subprocess.run(
+                [shutil.which("promtool") or "promtool", "tsdb", "create-blocks-from",
+                 "openmetrics", str(directory / "history.om"), str(directory / "data")],
+                check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
         config = {
             "global": {"scrape_interval": f"{args.scrape_interval:g}s",
                        "scrape_timeout": f"{args.scrape_interval * 0.8:g}s",
