@@ -106,6 +106,23 @@ def shared_options(command: Callable) -> Callable:
             help="Of the PSI files, read the CPU one alone (why a pod waited needs it); "
             "leave memory and I/O pressure out (four series a pod fewer).",
         ),
+        _option(
+            "--collector.exits/--no-collector.exits",
+            "exits",
+            default=False,
+            show_default=True,
+            help="Close each task's last interval with the kernel's exit record (TASKSTATS "
+            "netlink): needs CAP_NET_ADMIN and the host's network and PID namespaces.",
+        ),
+        _option(
+            "--collector.exits.buffer-bytes",
+            "exits_buffer_bytes",
+            type=click.IntRange(min=1 << 16, max=1 << 30),
+            default=16 << 20,
+            show_default=True,
+            help="The exit records' socket receive buffer: what arrives while the listener "
+            "waits is held there.",
+        ),
     )
     @cloup.option_group(
         "Export",
@@ -167,6 +184,8 @@ def shared_options(command: Callable) -> Callable:
         cgroup,
         pressure,
         cpu_pressure_only,
+        exits,
+        exits_buffer_bytes,
         interval_gauges,
         totals,
         per_container,
@@ -194,6 +213,8 @@ def shared_options(command: Callable) -> Callable:
             interval_gauges=interval_gauges,
             totals=totals,
             cpu_pressure_only=cpu_pressure_only,
+            exits=exits,
+            exits_buffer_bytes=exits_buffer_bytes,
         )
         return command(options, **kw)
 

@@ -15,7 +15,8 @@ from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
 from collector.cgroupguard import CgroupAdvance, CgroupTracker
 from collector.cpusets import Cpusets, cpu_set
-from collector.groups import CgroupDirs, Group, Grouper
+from collector.exits import ExitListener
+from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
@@ -25,11 +26,12 @@ from collector.model import (
     CpuSet,
     Fields,
     Malformed,
+    ProcError,
 )
 from collector.podcgroups import PodCgroups
 from collector.processes import ProcessTable
 from collector.reading import Reader
-from collector.tracker import ProcessDelta, Tracker
+from collector.tracker import Closed, ProcessDelta, Tracker
 from collector.waits import NodeCPU, node_interval, with_waits
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,10 @@ class PassResult:
     # the CPUs each group's running processes may use (collector/cpusets.py); empty: not
     # read, or none of its processes ran
     cpusets: Mapping[Group, CpuSet] = field(default_factory=dict)
+    # exit records (collector/exits.py): how many came to each end this pass, and what
+    # tasks whose group no file told added (None: not listening)
+    exits: Mapping[str, int] | None = None
+    exits_unplaced: Fields | None = None
 
     def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
         """Groups with an interval of either kind, the biggest CPU consumers first (by
@@ -133,6 +139,7 @@ class Engine:
         skip_quiet: bool = True,
         freeze_gc: bool = False,
         node_cpu: Callable[[], NodeCPU | None] | None = None,
+        exits: ExitListener | None = None,
     ):
         self.reader = reader
         self.tracker = tracker
@@ -155,6 +162,10 @@ class Engine:
         # and no group's run delay is split by cause
         self.node_cpu = node_cpu
         self._node_before: NodeCPU | None = None  # at the last completed pass's listing
+        # the kernel's exit records (`--collector.exits`), and the groups of the last pass's
+        # processes by PID (a task born and gone is its parent's)
+        self.exits = exits
+        self._group_of_pid: Mapping[int, Group | None] = {}
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -180,12 +191,14 @@ class Engine:
                 readings.carried,
                 readings.carried_at_ns,
             )
+            closed = self.tracker.close(self.exits.drain()) if self.exits else None
             grouped = group_pass(
                 advance.deltas,
                 readings.footprints,
                 self.grouper,
                 advance.carried,
             )
+            unplaced = self._add_exits(closed, grouped) if closed is not None else None
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
             cpusets = self._cpusets(advance.deltas, grouped)
@@ -234,7 +247,57 @@ class Engine:
                 grouped.group_of_cgroup,
             ),
             cpusets=MappingProxyType(cpusets),
+            exits=None if closed is None else MappingProxyType(dict(closed.outcomes)),
+            exits_unplaced=unplaced,
         )
+
+    def _add_exits(self, closed: Closed, grouped: Grouped) -> Fields:
+        """Each exit record's delta into its group's interval (`Tracker.close`): the group
+        of the process the cache held, or, for a task born and gone, its parent's (by this
+        pass's processes, the last pass's, or the parent's own cgroup file read now).
+        What no file places adds to the node's own unplaced sums, returned."""
+        unplaced = Fields()
+        latest, before = grouped.group_of_pid, self._group_of_pid
+        for delta in closed.deltas:
+            if delta.process is not None:
+                group = self._group_of_text(delta.process.cgroup)
+            elif delta.ppid in latest or delta.ppid in before:
+                group = latest.get(delta.ppid) or before.get(delta.ppid) or _LEFT_OUT
+            else:
+                group = self._group_of_text(self._cgroup_of(delta.ppid))
+            if group is _LEFT_OUT:  # --pods-only: not a pod's
+                continue
+            if group is None:
+                unplaced.add(delta.fields)
+                closed.outcomes["unplaced"] += 1
+                continue
+            interval = grouped.intervals.get(group)
+            if interval is None:
+                interval = grouped.intervals[group] = Fields()
+            interval.add(delta.fields)
+        self._group_of_pid = grouped.group_of_pid
+        return unplaced
+
+    def _group_of_text(self, cgroup: bytes | None) -> Group | object | None:
+        """The group a cgroup file names; `_LEFT_OUT` where `--pods-only` drops it; None
+        where it names none (no file, malformed, unplaced)."""
+        if not cgroup:
+            return None
+        try:
+            group = self.grouper.group_of(cgroup)
+        except Malformed:
+            return None
+        if group is None:
+            return _LEFT_OUT
+        return None if group is UNPLACED else group
+
+    def _cgroup_of(self, pid: int) -> bytes | None:
+        if pid <= 0:
+            return None
+        try:
+            return self.reader.procfs.process_file(pid, "cgroup")
+        except ProcError:
+            return None
 
     def _cpusets(self, deltas: list[ProcessDelta], grouped: Grouped) -> dict[Group, CpuSet]:
         """Each group's CPUs, where the cgroup fields are read."""
@@ -335,6 +398,10 @@ class Engine:
         self._cgroup_dirs = grouped.cgroup_dirs
         self.cgroupfs.release_unused()
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
+
+
+_LEFT_OUT = object()
+"""A group `--pods-only` leaves out (`Engine._group_of_text`)."""
 
 
 def _holds(directory: bytes, path: bytes | None) -> bool:

@@ -114,6 +114,10 @@ class PassLoop:
         self._dropped: Counter[str] = Counter()
         self._dropped_threads: Counter[str] = Counter()
         self._dropped_cgroups: Counter[str] = Counter()
+        self._exits: Counter[str] | None = (
+            Counter() if getattr(engine, "exits", None) is not None else None
+        )
+        self._exits_unplaced = (0, 0)
         self._lock = threading.Lock()
         self._renderer = PageRenderer(self.shapes)
         self._snapshot = self._render(completed_at=None)
@@ -169,6 +173,7 @@ class PassLoop:
             tracked_processes=result.tracked_processes,
             tracked_threads=result.tracked_threads,
             node_cpus=self.cpus(),
+            **self._exit_state(result),
         )
         self._data = _LastGoodPass(
             result.intervals,
@@ -186,6 +191,25 @@ class PassLoop:
                 refused_reads(result.denied, []),
             )
         return result
+
+    def _exit_state(self, result: PassResult) -> dict:
+        """The exit records' self-metrics, accumulated (none where not listening)."""
+        listener = getattr(self.engine, "exits", None)
+        if self._exits is None or listener is None:
+            return {}
+        self._exits.update(result.exits or {})
+        if result.exits_unplaced is not None:
+            on_cpu, run_delay = self._exits_unplaced
+            self._exits_unplaced = (
+                on_cpu + result.exits_unplaced.on_cpu_nanos,
+                run_delay + result.exits_unplaced.run_delay_nanos,
+            )
+        return {
+            "exits": MappingProxyType(dict(self._exits)),
+            "exit_overflows": listener.overflows,
+            "exits_dropped": listener.dropped,
+            "exits_unplaced": self._exits_unplaced,
+        }
 
     def _render(self, completed_at: float | None) -> Snapshot:
         data = self._data

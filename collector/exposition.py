@@ -29,6 +29,7 @@ from collector.model import (
     CGROUP_FIELD_NAMES,
     CGROUP_REFUSAL_REASONS,
     COUNTER_FIELD_NAMES,
+    EXIT_OUTCOMES,
     FIELD_NAMES,
     REFUSAL_REASONS,
     THREAD_REFUSAL_REASONS,
@@ -142,6 +143,13 @@ class SelfState:
     skipped_processes: int = 0
     sources: Mapping[str, bool] | None = None
     node_cpus: int | None = None  # the node's online CPUs, read each pass
+    # exit records (`--collector.exits`): by outcome, None where not listening; the times
+    # the socket overflowed, and the records past the queue's bound; what the tasks no
+    # group placed added, on-CPU and run delay (ns)
+    exits: Mapping[str, int] | None = None
+    exit_overflows: int = 0
+    exits_dropped: int = 0
+    exits_unplaced: tuple[int, int] = (0, 0)
 
 
 def _sorted(mapping: Mapping[Group, object]) -> list[Group]:
@@ -244,6 +252,44 @@ def _by_reason(counts: Mapping[str, int] | None, reasons: tuple[str, ...]) -> tu
     return tuple(("_total", (("reason", reason),), counts.get(reason, 0)) for reason in reasons)
 
 
+def _exit_families(state: SelfState) -> list[Family]:
+    exits = state.exits or {}
+    on_cpu, run_delay = state.exits_unplaced
+    return [
+        Family(
+            "procdelta_exit_records",
+            "counter",
+            "The kernel's exit records taken (--collector.exits), by what each came to.",
+            (
+                *(
+                    ("_total", (("outcome", outcome),), exits.get(outcome, 0))
+                    for outcome in EXIT_OUTCOMES
+                ),
+                ("_total", (("outcome", "dropped"),), state.exits_dropped),
+            ),
+        ),
+        Family(
+            "procdelta_exit_record_overflows",
+            "counter",
+            "Times the exit records' socket buffer overflowed: records lost, how many the "
+            "kernel does not say (--collector.exits.buffer-bytes).",
+            (("_total", (), state.exit_overflows),),
+        ),
+        Family(
+            "procdelta_exits_unplaced_on_cpu_nanos",
+            "counter",
+            "On-CPU time of exited tasks no file placed in a group (ns).",
+            (("_total", (), on_cpu),),
+        ),
+        Family(
+            "procdelta_exits_unplaced_run_delay_nanos",
+            "counter",
+            "Run delay of exited tasks no file placed in a group (ns).",
+            (("_total", (), run_delay),),
+        ),
+    ]
+
+
 def _self_families(state: SelfState) -> list[Family]:
     durations = state.durations
     buckets: list[Sample] = [
@@ -343,6 +389,8 @@ def _self_families(state: SelfState) -> list[Family]:
             (("", (("version", state.version),), 1),),
         ),
     ]
+    if state.exits is not None:
+        families += _exit_families(state)
     if state.node_cpus is not None:
         families.append(
             Family(

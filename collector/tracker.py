@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from operator import is_
 from typing import NamedTuple
 
+from collector.exits import ExitRecord
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 from collector.plainread import Carried
 
@@ -52,9 +53,92 @@ class Advance:
     carried: list[CarriedDelta] = field(default_factory=list)  # one per block given
 
 
+class ExitDelta(NamedTuple):
+    """What one exit record adds to a pass: `fields`, into the group of `process` (its
+    cached reading, whose cgroup names it) or, for a task the cache never held (`process`
+    None: born and gone between two passes), of its parent `ppid`."""
+
+    record: ExitRecord
+    fields: Fields
+    process: ProcessReading | None
+    ppid: int
+
+
+@dataclass(slots=True)
+class Closed:
+    """The outcome of the exit records given to `Tracker.close`: the deltas, and how many
+    records came to each end (`EXIT_OUTCOMES`)."""
+
+    deltas: list[ExitDelta] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+START_TOLERANCE_NS = 2 * 10**9
+"""How much later than its task's start an exit record's derived start may be: it is taken
+as the record's arrival less the time the task lived, so it is later by as long as the
+record waited for the listener (docs/reference.md §2, "Exits")."""
+
+
 _ThreadSums = tuple[int, int, int, int, int, int]
 """Σ over a process's threads: on-CPU, run delay, (non)voluntary switches, read, write."""
 _NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
+
+
+def _started_as(start_ticks: int, start_ns: int, hz: int) -> bool:
+    """Whether a task that started at `start_ticks` (clock ticks since boot, `/proc`'s,
+    rounded down) is the one an exit record says started at `start_ns`: the record's
+    arrival less the time the task lived (µs, rounded down), never before the task's
+    start, later by as long as the record waited for the listener. So: from the start
+    of that tick to START_TOLERANCE_NS after its end."""
+    low = ticks_to_ns(start_ticks, hz)
+    return low <= start_ns < ticks_to_ns(start_ticks + 1, hz) + START_TOLERANCE_NS
+
+
+def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
+    """A thread's last interval: the record's final counters less its cached ones; None
+    where one fell."""
+    values = (
+        record.on_cpu_ns - thread.on_cpu_ns,
+        record.run_delay_ns - thread.run_delay_ns,
+        record.voluntary_switches - thread.voluntary_switches,
+        record.nonvoluntary_switches - thread.nonvoluntary_switches,
+        record.read_bytes - thread.read_bytes,
+        record.write_bytes - thread.write_bytes,
+    )
+    if min(values) < 0:
+        return None
+    on_cpu, delay, voluntary, nonvoluntary, read, write = values
+    return Fields(
+        on_cpu_nanos=on_cpu,
+        run_delay_nanos=delay,
+        voluntary_switches=voluntary,
+        nonvoluntary_switches=nonvoluntary,
+        read_bytes=read,
+        write_bytes=write,
+    )
+
+
+def _whole(record: ExitRecord, with_process: bool) -> Fields:
+    """A task born since the previous pass, counted whole: its thread fields and, where its
+    process was born since too (`with_process`), its own user and system time and major
+    faults (the process's are the sum of its tasks'); that process counted, its life
+    observed, with its last task."""
+    fields = Fields(
+        on_cpu_nanos=record.on_cpu_ns,
+        run_delay_nanos=record.run_delay_ns,
+        voluntary_switches=record.voluntary_switches,
+        nonvoluntary_switches=record.nonvoluntary_switches,
+        read_bytes=record.read_bytes,
+        write_bytes=record.write_bytes,
+    )
+    if with_process:
+        fields.cpu_user_nanos = record.utime_us * 1000
+        fields.cpu_system_nanos = record.stime_us * 1000
+        fields.major_faults = record.major_faults
+        if record.last:
+            fields.processes = 1
+            fields.observed_nanos = record.group_lived_ns
+    return fields
 
 
 def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bool:
@@ -115,6 +199,12 @@ class Tracker:
         self._since: dict[int, _Instant] = {}
         self._blocks: dict[bytes, _Kept] = {}  # last pass's carried blocks, by cgroup
         self._previous_listing_ns: int | None = None
+        # Exit records (`close`): the readings the last pass dropped (a task gone before it
+        # was read, whose record comes after), and the processes whose last task's record
+        # closed their interval (a zombie read after it adds nothing), by PID: start ticks.
+        self._gone: dict[int, ProcessReading] = {}
+        self._closed: dict[int, int] = {}
+        self._interval_began_ns: int | None = None  # the last pass's interval's start
 
     @property
     def previous_listing_ns(self) -> int | None:
@@ -172,11 +262,14 @@ class Tracker:
         if others or not isinstance(readings, (list, tuple)):  # iterated twice
             readings = [*readings, *others]
         cache, since_of = self._cache, self._since
+        closed = self._closed
         for reading in readings:
             pid = reading.pid
             old = cache.get(pid)
             instant = since_of.get(pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks
+            if closed and closed.get(pid) == reading.start_ticks:
+                continue  # a zombie whose exit record closed its last interval: nothing new
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
                 thread_sums, thread_refusals = _NO_THREAD_DELTA, None
@@ -220,6 +313,84 @@ class Tracker:
         self._take(readings, carry, listed_at_ns)
         return result
 
+    def close(self, records: Iterable[ExitRecord]) -> Closed:
+        """Close tasks' last intervals with their exit records (docs/reference.md §2), once
+        a pass is taken (`advance`), with the records received since the last was: a record
+        closes the interval of the task the cache holds (read alive by the pass, or a zombie)
+        or the pass dropped (gone before it was read), the same guard as a reading's: only
+        where its start is that task's (`_started_as`), and not where a counter fell; a
+        task not held, born since the pass before began listing (its interval's start)
+        and, where its PID was another task's, since that task was read alive, counts
+        whole; any other record closes nothing.
+
+        Of a task held, the thread fields count (on-CPU, run delay, switches, storage
+        bytes: final less the cached thread's), and its process's interval closes with its
+        last task (`processes` 1, observed to the exit); its user and system time and major
+        faults do not (the record's are raw, not the adjusted values `/proc` gives, and a
+        live process's stat takes its gone threads' in). A task born since the previous
+        pass counts whole, its own user and system time and faults too where its process
+        was born since as well (its process's are the sum of its tasks'). The cached thread
+        takes the record's final counters, and a process closed so is not counted again
+        where a pass reads it as a zombie: no task is counted twice, whichever of its
+        record and the next pass comes first."""
+        result = Closed()
+        previous = self._interval_began_ns
+        cache, gone, hz = self._cache, self._gone, self.hz
+        for record in records:
+            tgid = record.tgid or record.pid
+            process = cache.get(tgid)
+            held = process is not None
+            if process is None:
+                process = gone.get(tgid)
+            # A reused PID's task began after the one held was read alive (`read_at`).
+            read_at = 0
+            if process is not None and not _started_as(
+                process.start_ticks, record.group_start_ns, hz
+            ):
+                process, held, read_at = None, False, process.at_ns
+            thread = None
+            if process is not None:
+                thread = next((t for t in process.threads if t.tid == record.pid), None)
+                if thread is not None and not _started_as(thread.start_ticks, record.start_ns, hz):
+                    thread, read_at = None, process.at_ns
+            born = previous is not None and record.start_ns > max(previous, read_at)
+            if thread is not None:
+                fields = _thread_delta(thread, record)
+                if fields is None:
+                    result.outcomes["counter_fell"] += 1
+                    continue
+            elif born:
+                fields = _whole(record, with_process=process is None)
+            else:
+                result.outcomes["unmatched"] += 1
+                continue
+            if process is not None and record.last:  # the process's last interval
+                since = self._since.get(tgid) if held else None
+                since_ns = process.at_ns if since is None else since.ns
+                fields.processes = 1
+                fields.observed_nanos = max(0, record.received_ns - since_ns)
+                if held:
+                    self._closed[tgid] = process.start_ticks
+            if held and thread is not None:
+                self._finalise(process, thread, record)
+            result.deltas.append(ExitDelta(record, fields, process, record.ppid))
+            result.outcomes["closed" if thread is not None else "born"] += 1
+        return result
+
+    def _finalise(self, process: ProcessReading, thread: ThreadReading, record: ExitRecord):
+        """The cached thread takes the record's final counters: a read after it (a zombie)
+        adds nothing more."""
+        final = thread._replace(
+            on_cpu_ns=record.on_cpu_ns,
+            run_delay_ns=record.run_delay_ns,
+            voluntary_switches=record.voluntary_switches,
+            nonvoluntary_switches=record.nonvoluntary_switches,
+            read_bytes=record.read_bytes,
+            write_bytes=record.write_bytes,
+        )
+        threads = tuple(final if t is thread else t for t in process.threads)
+        self._cache[process.pid] = process._replace(threads=threads)
+
     def _take(self, readings: list[ProcessReading] | tuple, carry: _Carry, listed_at_ns: int):
         """The pass is taken whole: nothing fails from here on."""
         cache, since_of = self._cache, self._since
@@ -234,10 +405,15 @@ class Tracker:
             cache[pid] = reading
             if pid in since_of:  # its instant is this reading's own from now on
                 del since_of[pid]
+        gone = {}
         for pid in cache.keys() - alive:  # not seen this pass: gone
-            del cache[pid]
+            gone[pid] = cache.pop(pid)
             since_of.pop(pid, None)
+        self._gone = gone
+        if self._closed:
+            self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
         self._blocks = carry.blocks
+        self._interval_began_ns = self._previous_listing_ns
         self._previous_listing_ns = listed_at_ns
 
     def _carry(self, carried: Iterable[Carried], at_ns: int | None) -> _Carry:

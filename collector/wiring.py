@@ -6,6 +6,7 @@ engine they configure. The commands (collector/cli.py) and the benchmark
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from collector import cgroupns, sources
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS, detect
 from collector.engine import Engine
+from collector.exits import BUFFER_BYTES, ExitListener, ExitsUnavailable
 from collector.exposition import Shapes
 from collector.groups import Grouper
 from collector.model import WHOLE_READ_PASSES
@@ -22,6 +24,8 @@ from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
 from collector.tracker import Tracker
+
+log = logging.getLogger("procdelta")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,8 @@ class Options:
     # K (collector/model.py); None, no whole reads, only to measure what the bound costs
     whole_read_passes: int | None = WHOLE_READ_PASSES
     cpu_pressure_only: bool = False  # of the PSI files, the CPU one alone
+    exits: bool = False  # listen for the kernel's exit records (collector/exits.py)
+    exits_buffer_bytes: int = BUFFER_BYTES
 
     @property
     def shapes(self) -> Shapes:
@@ -90,7 +96,24 @@ def build_engine(
         skip_quiet=options.skip_quiet,
         freeze_gc=freeze_gc,
         node_cpu=functools.partial(sources.node_cpu, options.procfs, hz),
+        exits=listen_for_exits(options),
     )
+
+
+def listen_for_exits(options: Options) -> ExitListener | None:
+    """With `--collector.exits`, the kernel's exit records, listened for from now on; where
+    no listener can be registered, one line says what was missing, and the passes run as
+    without the flag."""
+    if not options.exits:
+        return None
+    try:
+        return ExitListener(options.exits_buffer_bytes).start()
+    except ExitsUnavailable as error:
+        log.warning(
+            "--collector.exits: %s; each task's last interval stays lost, as without the flag",
+            error,
+        )
+        return None
 
 
 def node_cpus(options: Options) -> Callable[[], int | None]:
@@ -106,5 +129,7 @@ def node_sources(options: Options, engine: Engine) -> dict[str, bool]:
         found |= sources.probe_cgroups(engine.cgroupfs.hierarchies)
         if not options.pressure:
             del found["psi"]
+    if options.exits:  # said at start-up already, where missing
+        found["exits"] = engine.exits is not None
     sources.log_missing(found, options.procfs, options.cgroupfs if options.cgroup else None)
     return found

@@ -62,10 +62,20 @@ def documented_families() -> dict[str, str]:
     return families
 
 
+class QuietListener:
+    """An exit-record listener (collector/exits.py) that heard no exit."""
+
+    overflows = dropped = 0
+
+    def drain(self) -> list:
+        return []
+
+
 def rendered_families() -> dict[str, str]:
     """{family: type} of the fixture node's page, every source reported, the node's CPUs
     counted."""
     run = FixtureRun()
+    run.engine.exits = QuietListener()  # --collector.exits: its families too
     sources = dict.fromkeys(
         ("schedstat", "thread_io", "cgroup_v2", "cgroup_v1_cpu", "cgroup_v1_cpuacct", "psi"), True
     )
@@ -145,6 +155,9 @@ OTHER_TOOLS_FLAGS = {
     "--cgroup",  # unshare
     "--check",  # ruff format
     "--cpus",  # podman run
+    "--cap-add",  # podman run
+    "--network",  # podman run
+    "--pid",  # podman run
     "--field-selector",  # kubectl get
     "--namespace",  # helm install
     "--now",  # systemctl enable
@@ -510,7 +523,12 @@ def test_every_reason_and_source_the_code_defines_is_in_the_reference():
     troubleshooting page says what to do about each."""
     from collector import sources
     from collector.cgroupfs import detect
-    from collector.model import CGROUP_REFUSAL_REASONS, REFUSAL_REASONS, THREAD_REFUSAL_REASONS
+    from collector.model import (
+        CGROUP_REFUSAL_REASONS,
+        EXIT_OUTCOMES,
+        REFUSAL_REASONS,
+        THREAD_REFUSAL_REASONS,
+    )
 
     rows = {
         names[0]: row[-1]
@@ -529,8 +547,11 @@ def test_every_reason_and_source_the_code_defines_is_in_the_reference():
         *sources.probe_procfs("/proc"),
         *sources.probe_cgroups(detect("/sys/fs/cgroup")),
         "cgroup_namespace_root",  # collector/wiring.py node_sources
+        "exits",  # the same, with --collector.exits
     }
     assert probed == set(re.findall(r"`(\w+)`", rows["procdelta_source_available"])) - {"source"}
+    outcomes = set(re.findall(r"`(\w+)`", rows["procdelta_exit_records_total"]))
+    assert {*EXIT_OUTCOMES, "dropped"} <= outcomes
     troubleshooting = (ROOT / "docs" / "troubleshooting.md").read_text()
     for name in (*REFUSAL_REASONS, *CGROUP_REFUSAL_REASONS, *probed):
         assert f"`{name}`" in troubleshooting, name
@@ -591,6 +612,7 @@ FIGURES_ALLOWED = {
     ("docs/deploy.md", "25 MiB"): "what the same flood added to the RSS at rest",
     ("docs/deploy.md", "1 MiB"): "the largest web configuration file read, not memory",
     ("docs/operating.md", "1 MiB"): "the largest web configuration file read, not memory",
+    ("docs/deploy.md", "16 MiB"): "the exit records' socket buffer, the kernel's memory",
 }
 
 

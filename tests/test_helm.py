@@ -253,6 +253,27 @@ def test_the_fleet_profile_ships_the_counters_and_cpu_pressure_alone():
         render({"procdelta": {"profile": "small"}})
 
 
+def test_exit_records_add_the_hosts_namespaces_and_net_admin_only_when_on():
+    """`procdelta.exits`: the host's network and PID namespaces and NET_ADMIN beside the two
+    capabilities, which listening for exit records needs (docs/deploy.md), and the switch by
+    environment; off (the default), none of them."""
+    daemonset = only(render({"procdelta": {"exits": True}}), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert (pod["hostPID"], pod["hostNetwork"]) == (True, True)
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    (container,) = pod["containers"]
+    assert container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["DAC_READ_SEARCH", "SYS_PTRACE", "NET_ADMIN"],
+    }
+    assert environment(container)["PROCDELTA_COLLECTOR_EXITS"] == "true"
+    default = only(render({}), "DaemonSet")
+    assert_least_privilege(default)
+    (container,) = default["spec"]["template"]["spec"]["containers"]
+    assert "PROCDELTA_COLLECTOR_EXITS" not in environment(container)
+    assert "NET_ADMIN" not in str(default)
+
+
 def test_every_procdelta_flag_the_chart_passes_exists():
     """The chart's flags against the CLI's own: a renamed flag would crash every pod."""
     from collector.cli import cli

@@ -67,6 +67,7 @@ PINNED = {
     "collector.top.threads._Seen": ("pid", "start_ticks", "counters"),
     "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
     "collector.tracker.CarriedDelta": ("block", "readings", "observed_ns"),
+    "collector.tracker.ExitDelta": ("record", "fields", "process", "ppid"),
     "collector.tracker._Kept": ("readings", "instant"),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).

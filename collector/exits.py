@@ -1,0 +1,369 @@
+"""The kernel's exit records (docs/reference.md §2, "Exits, where the kernel reports
+them"): with `--collector.exits`, a listener registered with the generic netlink family
+`TASKSTATS` (kernel/taskstats.c, Documentation/accounting/taskstats.rst) receives every
+exiting task's final `struct taskstats`, sent by the task itself in `do_exit()`, and
+queues it for the next pass, which closes the task's last interval with it
+(`collector.tracker.Tracker.close`).
+
+Exit records only: the same family answers queries about live tasks
+(`TASKSTATS_CMD_ATTR_PID`, `_TGID`), and those have panicked distribution kernels built
+with FORTIFY_SOURCE (the fortified copy of a task's name while that task renames itself in
+`exec`: coroot-node-agent #259 on RHEL 10's 6.12.0-55.9.1, #376 on Amazon Linux 2023's
+6.12.79). No such query is ever sent: live tasks are read from `/proc`. An exit record is
+filled by the exiting task for itself, which cannot be in `exec` then.
+
+What listening asks: CAP_NET_ADMIN (the registration is `GENL_ADMIN_PERM`), a socket in
+the host's network namespace (the family is not per namespace), and the initial user and
+PID namespaces (a registration from elsewhere is refused). In Kubernetes: hostNetwork,
+hostPID and the NET_ADMIN capability.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+NETLINK_GENERIC = 16
+GENL_ID_CTRL = 0x10
+CTRL_CMD_GETFAMILY = 3
+CTRL_ATTR_FAMILY_ID = 1
+CTRL_ATTR_FAMILY_NAME = 2
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+TASKSTATS_CMD_GET = 1
+TASKSTATS_CMD_ATTR_REGISTER_CPUMASK = 3
+TASKSTATS_TYPE_PID = 1
+TASKSTATS_TYPE_TGID = 2
+TASKSTATS_TYPE_STATS = 3
+TASKSTATS_TYPE_AGGR_PID = 4
+TASKSTATS_TYPE_AGGR_TGID = 5
+AGROUP = 0x20  # include/uapi/linux/acct.h: the last task of its process
+SO_RCVBUFFORCE = 33
+
+BUFFER_BYTES = 16 << 20
+"""The socket's receive buffer by default: the records of a fork storm's bursts while the
+listener waits for the interpreter (docs/performance.md, "Exit records")."""
+
+MAX_QUEUED = 200_000
+"""Records held between two passes at most; past it, the oldest are dropped and counted
+(`ExitListener.dropped`)."""
+
+# struct taskstats (include/uapi/linux/taskstats.h), the fields read, by offset: the layout
+# only grows at its end from one version to the next
+_HEAD = struct.Struct("=H6xB")  # version, ac_flag
+_DELAY = struct.Struct("=Q")  # cpu_delay_total @24
+_RUN = struct.Struct("=Q")  # cpu_run_virtual_total @72
+_IDS = struct.Struct("=II")  # ac_pid, ac_ppid @128
+_TIMES = struct.Struct("=QQQ8xQ")  # ac_etime, ac_utime, ac_stime, ac_majflt @144
+_IO = struct.Struct("=QQ8xQQ")  # read_bytes, write_bytes, nvcsw, nivcsw @248
+_TGID = struct.Struct("=I4xQ")  # ac_tgid, ac_tgetime @368 (version 12 and later)
+_MIN_BYTES = 296  # through nivcsw
+_TGID_VERSION = 12
+_TGID_BYTES = 384
+
+
+class ExitsUnavailable(Exception):
+    """Why no listener could be registered, in one line for the start-up log."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitRecord:
+    """One task's final counters, as its exit record gives them, with when it was taken off
+    the socket (`received_ns`, CLOCK_BOOTTIME: the exit itself, but for the listener's
+    delay) and its start on that clock, derived from how long it lived (`ac_etime`, µs).
+
+    `pid` is the task's TID (the initial PID namespace's), `tgid` its process's (0 where the
+    kernel's record is older than version 12 and does not say); `last` marks the last task
+    of its process (`AGROUP`)."""
+
+    pid: int
+    tgid: int
+    ppid: int
+    last: bool
+    comm: str
+    received_ns: int
+    lived_ns: int  # ac_etime: the task's life
+    group_lived_ns: int  # ac_tgetime: its process's, from its leader's start
+    on_cpu_ns: int  # cpu_run_virtual_total: schedstat's on-CPU
+    run_delay_ns: int  # cpu_delay_total: schedstat's run delay
+    voluntary_switches: int  # nvcsw
+    nonvoluntary_switches: int  # nivcsw
+    read_bytes: int
+    write_bytes: int
+    utime_us: int
+    stime_us: int
+    major_faults: int
+
+    @property
+    def start_ns(self) -> int:
+        return self.received_ns - self.lived_ns
+
+    @property
+    def group_start_ns(self) -> int:
+        """Its process's start: its leader's."""
+        return self.received_ns - self.group_lived_ns
+
+
+def parse_stats(data: bytes, received_ns: int) -> ExitRecord | None:
+    """A `struct taskstats` as an `ExitRecord`, or None where it is too short to be one."""
+    if len(data) < _MIN_BYTES:
+        return None
+    version, flag = _HEAD.unpack_from(data, 0)
+    pid, ppid = _IDS.unpack_from(data, 128)
+    lived_us, utime, stime, majflt = _TIMES.unpack_from(data, 144)
+    read_bytes, write_bytes, voluntary, nonvoluntary = _IO.unpack_from(data, 248)
+    tgid, group_lived_us = 0, lived_us
+    if version >= _TGID_VERSION and len(data) >= _TGID_BYTES:
+        tgid, group_lived_us = _TGID.unpack_from(data, 368)
+    return ExitRecord(
+        pid=pid,
+        tgid=tgid,
+        ppid=ppid,
+        last=bool(flag & AGROUP),
+        comm=data[80:112].split(b"\0", 1)[0].decode("utf-8", "replace"),
+        received_ns=received_ns,
+        lived_ns=lived_us * 1000,
+        group_lived_ns=group_lived_us * 1000,
+        on_cpu_ns=_RUN.unpack_from(data, 72)[0],
+        run_delay_ns=_DELAY.unpack_from(data, 24)[0],
+        voluntary_switches=voluntary,
+        nonvoluntary_switches=nonvoluntary,
+        read_bytes=read_bytes,
+        write_bytes=write_bytes,
+        utime_us=utime,
+        stime_us=stime,
+        major_faults=majflt,
+    )
+
+
+def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, memoryview]]:
+    """The netlink attributes (`struct nlattr`) of a payload: (type, value) in order."""
+    view = memoryview(data)
+    found = []
+    while offset + 4 <= len(view):
+        length, kind = struct.unpack_from("=HH", view, offset)
+        if length < 4 or offset + length > len(view):
+            break
+        found.append((kind & 0x3FFF, view[offset + 4 : offset + length]))
+        offset += (length + 3) & ~3
+    return found
+
+
+def parse_messages(data: bytes, received_ns: int) -> tuple[list[ExitRecord], int | None]:
+    """The exit records of what one read of the socket gave (netlink messages, each a
+    generic netlink header and the attributes AGGR_PID, holding PID and STATS, or AGGR_TGID,
+    holding TGID and the process's delay sums); and the error an NLMSG_ERROR message
+    carried (0: an ack; None: no such message). A process's AGGR_TGID sums are its tasks'
+    own records again: not taken."""
+    records: list[ExitRecord] = []
+    error: int | None = None
+    offset = 0
+    while offset + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, offset)
+        if length < 16 or offset + length > len(data):
+            break
+        if kind == NLMSG_ERROR:
+            error = -struct.unpack_from("=i", data, offset + 16)[0]
+        elif kind != NLMSG_DONE:
+            for top, value in attributes(data[offset + 20 : offset + length]):
+                if top != TASKSTATS_TYPE_AGGR_PID:
+                    continue
+                for inner, stats in attributes(value):
+                    if inner == TASKSTATS_TYPE_STATS:
+                        record = parse_stats(bytes(stats), received_ns)
+                        if record is not None:
+                            records.append(record)
+        offset += (length + 3) & ~3
+    return records, error
+
+
+def _attribute(kind: int, value: bytes) -> bytes:
+    length = 4 + len(value)
+    return struct.pack("=HH", length, kind) + value + b"\0" * (-length % 4)
+
+
+def _request(family: int, command: int, payload: bytes, sequence: int, flags: int = 0) -> bytes:
+    body = struct.pack("=BBH", command, 1, 0) + payload
+    header = struct.pack("=IHHII", 16 + len(body), family, NLM_F_REQUEST | flags, sequence, 0)
+    return header + body
+
+
+def _cpus() -> str:
+    """Every CPU that may come online: a listener registered on each one hears every exit."""
+    try:
+        with open("/sys/devices/system/cpu/possible") as possible:
+            return possible.read().strip()
+    except OSError:
+        return f"0-{(os.cpu_count() or 1) - 1}"
+
+
+def _boottime_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+class ExitListener:
+    """A registered listener: a thread of its own takes the records off the socket as they
+    come and queues them (at most MAX_QUEUED); `drain()` hands a pass those received since
+    the last. A listener that falls behind delays no pass and no scrape: the socket's buffer
+    (`buffer_bytes`) holds what it has not read, and what overflows it is counted
+    (`overflows`: the times the kernel said ENOBUFS; how many records each time lost, the
+    kernel does not say)."""
+
+    def __init__(self, buffer_bytes: int = BUFFER_BYTES, clock=_boottime_ns):
+        self.clock = clock
+        self.buffer_bytes = buffer_bytes
+        self.overflows = 0
+        self.dropped = 0  # past MAX_QUEUED, between two passes
+        self.received = 0
+        self._queue: collections.deque[ExitRecord] = collections.deque()
+        self._lock = threading.Lock()
+        self._socket = self._register()
+        self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
+
+    def start(self, proof_seconds: float = 2.0) -> ExitListener:
+        """Start listening, once a child forked now has been heard exiting: a listener
+        registered from another network namespace than the host's is accepted and hears
+        nothing (raises ExitsUnavailable then)."""
+        self._thread.start()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            os._exit(0)
+        os.waitpid(child, 0)
+        deadline = time.monotonic() + proof_seconds
+        while time.monotonic() < deadline:
+            with self._lock:
+                if any(record.pid == child for record in self._queue):
+                    kept = [record for record in self._queue if record.pid != child]
+                    self._queue = collections.deque(kept)
+                    return self
+            time.sleep(0.01)
+        self.close()
+        raise ExitsUnavailable(
+            "registered, and no exit record came back: procdelta is not in the host's "
+            "network namespace, where the kernel sends them (hostNetwork in Kubernetes, "
+            "--network host with podman)"
+        )
+
+    def _register(self) -> socket.socket:
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+        except OSError as error:
+            raise ExitsUnavailable(f"no generic netlink socket: {error.strerror}") from None
+        try:
+            sock.bind((0, 0))
+            sock.settimeout(5)
+            family = self._family(sock)
+            with_force = True
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.buffer_bytes)
+            except OSError:
+                with_force = False
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
+            mask = _cpus().encode() + b"\0"
+            sock.send(
+                _request(
+                    family,
+                    TASKSTATS_CMD_GET,
+                    _attribute(TASKSTATS_CMD_ATTR_REGISTER_CPUMASK, mask),
+                    2,
+                    NLM_F_ACK,
+                )
+            )
+            self._queue.extend(self._acknowledged(sock, "registering for exit records"))
+            if not with_force:
+                log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
+            sock.settimeout(None)
+            return sock
+        except ExitsUnavailable:
+            sock.close()
+            raise
+        except OSError as error:
+            sock.close()
+            raise ExitsUnavailable(f"netlink: {error.strerror or error}") from None
+
+    @staticmethod
+    def _family(sock: socket.socket) -> int:
+        """The TASKSTATS family's number (CTRL_CMD_GETFAMILY)."""
+        name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
+        sock.send(_request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, 1))
+        data = sock.recv(65536)
+        length, kind = struct.unpack_from("=IH", data, 0)
+        if kind == NLMSG_ERROR:
+            code = -struct.unpack_from("=i", data, 16)[0]
+            if code == errno.ENOENT:
+                raise ExitsUnavailable("the kernel has no TASKSTATS family (CONFIG_TASKSTATS)")
+            raise ExitsUnavailable(f"TASKSTATS family: {os.strerror(code)}")
+        for attribute, value in attributes(data[20:length]):
+            if attribute == CTRL_ATTR_FAMILY_ID:
+                return struct.unpack_from("=H", value)[0]
+        raise ExitsUnavailable("TASKSTATS family: no id in the kernel's answer")
+
+    def _acknowledged(self, sock: socket.socket, what: str) -> list[ExitRecord]:
+        """The registration's answer, an ack, or the reason it was refused; and the
+        records that came before it (tasks exiting meanwhile on other CPUs)."""
+        came: list[ExitRecord] = []
+        while True:
+            data = sock.recv(1 << 20)
+            records, error = parse_messages(data, self.clock())
+            came += records
+            if error is not None:
+                break
+        if error == errno.EPERM:
+            raise ExitsUnavailable(f"{what}: not permitted (it needs CAP_NET_ADMIN)")
+        if error == errno.EINVAL:
+            raise ExitsUnavailable(
+                f"{what}: refused (it needs the host's network, PID and user namespaces: "
+                "hostNetwork and hostPID in Kubernetes)"
+            )
+        if error:
+            raise ExitsUnavailable(f"{what}: {os.strerror(error)}")
+        return came
+
+    def _listen(self) -> None:
+        sock, clock = self._socket, self.clock
+        buffer = bytearray(1 << 20)
+        while True:
+            try:
+                size = sock.recv_into(buffer)
+            except OSError as error:
+                if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
+                    self.overflows += 1
+                    continue
+                if error.errno in (errno.EBADF, errno.ENOTSOCK):  # closed: stop
+                    return
+                log.debug("exit records: %s", error)
+                continue
+            if not size:
+                continue
+            records, _ = parse_messages(bytes(buffer[:size]), clock())
+            if not records:
+                continue
+            with self._lock:
+                queue = self._queue
+                queue.extend(records)
+                self.received += len(records)
+                excess = len(queue) - MAX_QUEUED
+                for _ in range(excess):
+                    queue.popleft()
+                if excess > 0:
+                    self.dropped += excess
+
+    def drain(self) -> list[ExitRecord]:
+        """The records received since the last drain, in the order they came."""
+        with self._lock:
+            records, self._queue = list(self._queue), collections.deque()
+        return records
+
+    def close(self) -> None:
+        self._socket.close()

@@ -1,0 +1,330 @@
+"""The kernel's exit records (collector/exits.py, `Tracker.close`): a `struct taskstats` and
+the netlink messages around it parsed from bytes laid out as the kernel lays them, and the
+guard's table: a record closes the last interval of the task the cache holds where its
+start is that task's, counts whole a task born since the interval began, closes nothing
+else, and no task is counted twice whichever of its record and the next pass comes first."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from collector.exits import (
+    AGROUP,
+    TASKSTATS_TYPE_AGGR_PID,
+    TASKSTATS_TYPE_AGGR_TGID,
+    TASKSTATS_TYPE_PID,
+    TASKSTATS_TYPE_STATS,
+    TASKSTATS_TYPE_TGID,
+    ExitRecord,
+    parse_messages,
+    parse_stats,
+)
+from collector.tracker import START_TOLERANCE_NS, Tracker
+from tests.test_tracker import HZ, SEC, TICK_NS, proc, thread
+
+STATS_BYTES = 560  # version 16's size, on 6.18
+
+
+def taskstats(
+    pid: int,
+    tgid: int | None = None,
+    ppid: int = 1,
+    *,
+    version: int = 16,
+    last: bool = True,
+    lived_us: int = 0,
+    group_lived_us: int | None = None,
+    on_cpu: int = 0,
+    delay: int = 0,
+    vol: int = 0,
+    invol: int = 0,
+    rd: int = 0,
+    wr: int = 0,
+    utime_us: int = 0,
+    stime_us: int = 0,
+    majflt: int = 0,
+    comm: bytes = b"task",
+) -> bytes:
+    """A `struct taskstats` as the kernel lays it out (include/uapi/linux/taskstats.h,
+    x86-64 offsets, checked against the header with offsetof)."""
+    data = bytearray(STATS_BYTES)
+    struct.pack_into("=H2xIB", data, 0, version, 0, AGROUP if last else 0)
+    struct.pack_into("=Q", data, 24, delay)
+    struct.pack_into("=Q", data, 72, on_cpu)
+    data[80 : 80 + len(comm)] = comm
+    struct.pack_into("=II", data, 128, pid, ppid)
+    struct.pack_into("=QQQ8xQ", data, 144, lived_us, utime_us, stime_us, majflt)
+    struct.pack_into("=QQ8xQQ", data, 248, rd, wr, vol, invol)
+    struct.pack_into("=I4xQ", data, 368, tgid if tgid is not None else pid,
+                     group_lived_us if group_lived_us is not None else lived_us)  # fmt: skip
+    return bytes(data)
+
+
+def attribute(kind: int, value: bytes) -> bytes:
+    length = 4 + len(value)
+    return struct.pack("=HH", length, kind) + value + b"\0" * (-length % 4)
+
+
+def message(*attributes: bytes, kind: int = 23) -> bytes:
+    body = struct.pack("=BBH", 3, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
+
+
+def exit_message(stats: bytes, pid: int) -> bytes:
+    return message(
+        attribute(
+            TASKSTATS_TYPE_AGGR_PID,
+            attribute(TASKSTATS_TYPE_PID, struct.pack("=I", pid))
+            + attribute(TASKSTATS_TYPE_STATS, stats),
+        )
+    )
+
+
+def test_a_record_is_read_at_the_kernels_offsets():
+    stats = taskstats(42, 40, ppid=7, lived_us=1500, group_lived_us=9000, on_cpu=11, delay=22,
+                      vol=3, invol=4, rd=512, wr=1024, utime_us=8000, stime_us=4000, majflt=2,
+                      comm=b"awk")  # fmt: skip
+    record = parse_stats(stats, received_ns=10 * SEC)
+    assert record == ExitRecord(
+        pid=42, tgid=40, ppid=7, last=True, comm="awk", received_ns=10 * SEC,
+        lived_ns=1_500_000, group_lived_ns=9_000_000, on_cpu_ns=11, run_delay_ns=22,
+        voluntary_switches=3, nonvoluntary_switches=4, read_bytes=512, write_bytes=1024,
+        utime_us=8000, stime_us=4000, major_faults=2,
+    )  # fmt: skip
+    assert record.start_ns == 10 * SEC - 1_500_000
+    assert record.group_start_ns == 10 * SEC - 9_000_000
+
+
+def test_a_record_before_version_12_has_no_tgid_and_a_short_one_is_none():
+    old = parse_stats(taskstats(42, 40, version=11), 0)
+    assert old is not None and old.tgid == 0 and old.group_lived_ns == old.lived_ns
+    assert parse_stats(b"\0" * 100, 0) is None
+
+
+def test_messages_give_their_tasks_records_not_their_processes_sums():
+    """Each exiting task's AGGR_PID holds its own record; a multi-threaded process's
+    AGGR_TGID, sent with its last task, holds the delay sums of its tasks again: not taken.
+    Messages are taken one after another, each padded to four bytes."""
+    one = exit_message(taskstats(42, 40, last=False, on_cpu=5), 42)
+    two = message(
+        attribute(
+            TASKSTATS_TYPE_AGGR_PID,
+            attribute(TASKSTATS_TYPE_PID, struct.pack("=I", 40))
+            + attribute(TASKSTATS_TYPE_STATS, taskstats(40, 40, on_cpu=7)),
+        ),
+        attribute(
+            TASKSTATS_TYPE_AGGR_TGID,
+            attribute(TASKSTATS_TYPE_TGID, struct.pack("=I", 40))
+            + attribute(TASKSTATS_TYPE_STATS, taskstats(40, 40, on_cpu=12)),
+        ),
+    )
+    records, error = parse_messages(one + two, 5)
+    assert [(r.pid, r.on_cpu_ns, r.last) for r in records] == [(42, 5, False), (40, 7, True)]
+    assert error is None
+
+
+def test_an_error_message_says_its_code():
+    error = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
+    ack = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", 0) + b"\0" * 16
+    assert parse_messages(error, 0) == ([], 1)  # EPERM
+    assert parse_messages(ack, 0) == ([], 0)
+    assert parse_messages(b"\x10\0\0", 0) == ([], None)  # cut short: nothing
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+START = 5_000  # ticks: 50 s since boot
+
+
+def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, **counters):
+    """An exit record received at `at` (ns) of a task that lived `lived` ns."""
+    stats = taskstats(
+        pid,
+        tgid,
+        ppid,
+        last=last,
+        lived_us=lived // 1000,
+        group_lived_us=(group_lived if group_lived is not None else lived) // 1000,
+        **counters,
+    )
+    found = parse_stats(stats, at)
+    assert found is not None
+    return found
+
+
+def two_passes(*first: object, second=()) -> Tracker:
+    """A tracker through two passes at 100 s and 200 s (the interval begins at 100 s)."""
+    tracker = Tracker(HZ)
+    tracker.advance(list(first), 100 * SEC)
+    tracker.advance(list(second), 200 * SEC)
+    return tracker
+
+
+def test_a_record_closes_the_last_interval_of_the_process_the_cache_holds():
+    """A one-thread process read at 200 s exits at 230 s: its thread's counters less the
+    cached ones, its process counted, observed to the exit; its user and system time not
+    (the record's are raw, `/proc`'s adjusted)."""
+    threads = [thread(10, START, cpu=3 * SEC, delay=SEC)]
+    read = proc(10, START, at=200 * SEC, user=5, threads=threads)
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(10, at=230 * SEC, lived=230 * SEC - START * TICK_NS, on_cpu=4 * SEC,
+                delay=3 * SEC, vol=9, rd=4096, utime_us=10**7)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1}
+    assert delta.process is tracker._cache[10] or delta.process == read
+    fields = delta.fields
+    assert (fields.on_cpu_nanos, fields.run_delay_nanos, fields.voluntary_switches) == (
+        SEC, 2 * SEC, 9,
+    )  # fmt: skip
+    assert fields.read_bytes == 4096 and fields.cpu_user_nanos == 0
+    assert (fields.processes, fields.observed_nanos) == (1, 30 * SEC)
+
+
+def test_no_task_is_counted_twice_whichever_of_its_record_and_a_read_comes_first():
+    """A zombie (exited, not yet reaped) is still in `/proc`, its counters final. Record
+    first, then a pass reads the zombie: the pass adds nothing. A pass reads the zombie
+    first, then the record: the record adds nothing."""
+    alive = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    zombie = proc(10, START, at=300 * SEC, threads=[thread(10, START, cpu=4 * SEC)])
+    final = record(10, at=250 * SEC, lived=250 * SEC - START * TICK_NS, on_cpu=4 * SEC)
+
+    tracker = two_passes(alive, second=[alive])
+    assert tracker.close([final]).deltas[0].fields.on_cpu_nanos == SEC
+    later = tracker.advance([zombie], 300 * SEC)
+    assert later.deltas == [] and not later.refused
+
+    tracker = two_passes(alive, second=[alive])
+    read = tracker.advance([zombie], 300 * SEC)
+    assert [d.fields.on_cpu_nanos for d in read.deltas] == [SEC]
+    (after,) = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
+                                     on_cpu=4 * SEC)]).deltas  # fmt: skip
+    assert after.fields.on_cpu_nanos == 0
+
+
+def test_a_task_gone_before_the_pass_read_it_is_closed_against_its_last_reading():
+    """Exited after the first pass read it, before the second did: the second pass drops it
+    from the cache, and its record, taken after that pass, closes it all the same."""
+    read = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    tracker = two_passes(read, second=[])
+    assert tracker.tracked_processes == 0
+    closed = tracker.close([record(10, at=150 * SEC, lived=100 * SEC, on_cpu=5 * SEC)])
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == 2 * SEC
+    assert delta.fields.observed_nanos == 50 * SEC
+
+
+def test_a_thread_of_a_live_process_closes_its_own_interval_only():
+    """A worker thread of a process that lives on: its thread fields, not the process."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC),
+                                                  thread(11, START + 10, cpu=SEC)])  # fmt: skip
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(11, 10, at=210 * SEC, lived=210 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=3 * SEC)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert delta.fields.on_cpu_nanos == 2 * SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (0, 0)
+
+
+def test_a_task_born_and_gone_between_passes_counts_whole_in_its_parents_group():
+    """A short process (not in the cache), started after the interval began (100 s):
+    every counter of its record, its own user and system time too, its life observed."""
+    tracker = two_passes(second=[])
+    closed = tracker.close(
+        [record(99, at=180 * SEC, lived=30 * 10**6, ppid=7, on_cpu=20 * 10**6,
+                delay=5 * 10**6, utime_us=20_000, majflt=1)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"born": 1}
+    assert delta.process is None and delta.ppid == 7
+    fields = delta.fields
+    assert (fields.on_cpu_nanos, fields.run_delay_nanos, fields.cpu_user_nanos) == (
+        20 * 10**6, 5 * 10**6, 20 * 10**6,
+    )  # fmt: skip
+    assert (fields.processes, fields.observed_nanos, fields.major_faults) == (1, 30 * 10**6, 1)
+
+
+def test_a_thread_born_and_gone_in_a_live_process_adds_its_thread_fields_only():
+    """Its user time is in its process's stat from then on (a live process's takes its
+    gone threads' in): counting it here would count it twice."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(55, 10, at=210 * SEC, lived=2 * SEC, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=SEC, utime_us=10**6)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"born": 1} and delta.process is not None
+    assert (delta.fields.on_cpu_nanos, delta.fields.cpu_user_nanos) == (SEC, 0)
+
+
+def test_a_record_of_a_task_older_than_the_interval_that_no_pass_read_closes_nothing():
+    tracker = two_passes(second=[])
+    closed = tracker.close([record(99, at=180 * SEC, lived=150 * SEC, on_cpu=SEC)])
+    assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
+
+
+def test_no_interval_before_the_second_pass():
+    tracker = Tracker(HZ)
+    tracker.advance([], 100 * SEC)
+    closed = tracker.close([record(99, at=101 * SEC, lived=10**6, on_cpu=SEC)])
+    assert closed.outcomes == {"unmatched": 1}
+
+
+def test_a_reused_pid_is_not_the_task_the_cache_holds():
+    """PID 10 cached for a process read alive at 200 s; the record is of a task started at
+    205 s under the same PID (born since the interval began, after the cached one was
+    read): counted whole, the cached task left alone."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close([record(10, at=210 * SEC, lived=5 * SEC, on_cpu=SEC)])
+    assert closed.outcomes == {"born": 1}
+    assert closed.deltas[0].process is None and closed.deltas[0].fields.on_cpu_nanos == SEC
+    assert tracker._cache[10].threads[0].on_cpu_ns == 3 * SEC
+
+
+def test_a_record_late_past_the_tolerance_is_not_taken_for_a_birth():
+    """The held task's own record, waited 3 s: its start no longer matches, and it began
+    before the held task was read alive, so it is no reused PID's newborn either: it closes
+    nothing rather than count the task whole a second time."""
+    threads = [thread(10, 170 * SEC // TICK_NS, cpu=3 * SEC)]
+    read = proc(10, 170 * SEC // TICK_NS, at=200 * SEC, threads=threads)
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close([record(10, at=213 * SEC, lived=40 * SEC, on_cpu=4 * SEC)])
+    assert closed.outcomes == {"unmatched": 1} and closed.deltas == []
+
+
+def test_a_counter_below_the_cached_one_closes_nothing():
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC, delay=SEC)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(10, at=210 * SEC, lived=210 * SEC - START * TICK_NS, on_cpu=4 * SEC, delay=0)]
+    )
+    assert closed.deltas == [] and closed.outcomes == {"counter_fell": 1}
+
+
+@pytest.mark.parametrize(
+    ("late", "matched"),
+    [
+        (0, True),
+        (TICK_NS - 1000, True),  # within the tick the start was rounded down to
+        (TICK_NS - 1000 + START_TOLERANCE_NS, True),  # and the record waited as long as allowed
+        (TICK_NS + START_TOLERANCE_NS, False),  # longer: another task's
+        (-1000, False),  # a µs before the task began: not this task
+    ],
+)
+def test_a_record_matches_its_task_to_the_tick_and_the_listeners_delay(late, matched):
+    """A record's start is its arrival less the time it lived (µs, rounded down): never
+    before the task's start, later by the listener's delay, up to START_TOLERANCE_NS;
+    `/proc`'s start is rounded down to the tick (10 ms), so a record's may lie up to a tick
+    and that delay after it."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = two_passes(read, second=[read])
+    start = START * TICK_NS + late
+    closed = tracker.close([record(10, at=210 * SEC, lived=210 * SEC - start, on_cpu=2 * SEC)])
+    assert (closed.outcomes.get("closed", 0) == 1) is matched
