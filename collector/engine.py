@@ -165,6 +165,7 @@ class Engine:
         # the kernel's exit records (`--collector.exits`), and the groups of the last pass's
         # processes by PID (a task born and gone is its parent's)
         self.exits = exits
+        tracker.keeps_replaced = exits is not None  # a live process's gone threads' readings
         self._group_of_pid: Mapping[int, Group | None] = {}
 
     def run_pass(self) -> PassResult:

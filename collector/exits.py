@@ -208,6 +208,11 @@ def _cpus() -> str:
         return f"0-{(os.cpu_count() or 1) - 1}"
 
 
+_WAKE_SECONDS = 0.5
+"""How long the listener's thread waits on a quiet socket before it looks whether it was
+closed."""
+
+
 def _boottime_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
@@ -229,17 +234,18 @@ class ExitListener:
         self._queue: collections.deque[ExitRecord] = collections.deque()
         self._lock = threading.Lock()
         self._socket = self._register()
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
 
     def start(self, proof_seconds: float = 2.0) -> ExitListener:
         """Start listening, once a child forked now has been heard exiting: a listener
         registered from another network namespace than the host's is accepted and hears
         nothing (raises ExitsUnavailable then)."""
-        self._thread.start()
-        child = os.fork()
+        child = os.fork()  # before the thread starts: a fork of one thread
         if child == 0:  # pragma: no cover (the child)
             os._exit(0)
         os.waitpid(child, 0)
+        self._thread.start()
         deadline = time.monotonic() + proof_seconds
         while time.monotonic() < deadline:
             with self._lock:
@@ -283,7 +289,7 @@ class ExitListener:
             self._queue.extend(self._acknowledged(sock, "registering for exit records"))
             if not with_force:
                 log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
-            sock.settimeout(None)
+            sock.settimeout(_WAKE_SECONDS)  # so that `close` stops the thread
             return sock
         except ExitsUnavailable:
             sock.close()
@@ -336,6 +342,10 @@ class ExitListener:
         while True:
             try:
                 size = sock.recv_into(buffer)
+            except TimeoutError:
+                if self._closed.is_set():
+                    return
+                continue
             except OSError as error:
                 if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
                     self.overflows += 1
@@ -366,4 +376,9 @@ class ExitListener:
         return records
 
     def close(self) -> None:
+        """Stop listening: the thread ends within `_WAKE_SECONDS`, then the socket closes
+        (the kernel sends a closed listener nothing more)."""
+        self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join(2 * _WAKE_SECONDS)
         self._socket.close()

@@ -199,10 +199,13 @@ class Tracker:
         self._since: dict[int, _Instant] = {}
         self._blocks: dict[bytes, _Kept] = {}  # last pass's carried blocks, by cgroup
         self._previous_listing_ns: int | None = None
-        # Exit records (`close`): the readings the last pass dropped (a task gone before it
-        # was read, whose record comes after), and the processes whose last task's record
-        # closed their interval (a zombie read after it adds nothing), by PID: start ticks.
-        self._gone: dict[int, ProcessReading] = {}
+        # Exit records (`close`): the readings the last pass replaced or dropped (a task
+        # gone before it was read, whose record comes after: with `keeps_replaced`, those
+        # it replaced too, for the threads gone from a live process), and the processes
+        # whose last task's record closed their interval (a zombie read after it adds
+        # nothing), by PID: start ticks.
+        self.keeps_replaced = False
+        self._before: dict[int, ProcessReading] = {}
         self._closed: dict[int, int] = {}
         self._interval_began_ns: int | None = None  # the last pass's interval's start
 
@@ -335,24 +338,28 @@ class Tracker:
         record and the next pass comes first."""
         result = Closed()
         previous = self._interval_began_ns
-        cache, gone, hz = self._cache, self._gone, self.hz
+        cache, before, hz = self._cache, self._before, self.hz
         for record in records:
             tgid = record.tgid or record.pid
-            process = cache.get(tgid)
-            held = process is not None
-            if process is None:
-                process = gone.get(tgid)
+            # The process as this pass read it, and as the last one did where this pass
+            # replaced or dropped that reading (a thread gone since is only there).
             # A reused PID's task began after the one held was read alive (`read_at`).
-            read_at = 0
-            if process is not None and not _started_as(
-                process.start_ticks, record.group_start_ns, hz
-            ):
-                process, held, read_at = None, False, process.at_ns
-            thread = None
-            if process is not None:
-                thread = next((t for t in process.threads if t.tid == record.pid), None)
-                if thread is not None and not _started_as(thread.start_ticks, record.start_ns, hz):
-                    thread, read_at = None, process.at_ns
+            read_at, process, held, thread, finalise = 0, None, False, None, False
+            for candidate in (cache.get(tgid), before.get(tgid)):
+                if candidate is None:
+                    continue
+                if not _started_as(candidate.start_ticks, record.group_start_ns, hz):
+                    read_at = max(read_at, candidate.at_ns)
+                    continue
+                if process is None:
+                    process, held = candidate, candidate is cache.get(tgid)
+                found = next((t for t in candidate.threads if t.tid == record.pid), None)
+                if found is None:
+                    continue
+                if _started_as(found.start_ticks, record.start_ns, hz):
+                    thread, finalise = found, candidate is cache.get(tgid)
+                    break
+                read_at = max(read_at, candidate.at_ns)
             born = previous is not None and record.start_ns > max(previous, read_at)
             if thread is not None:
                 fields = _thread_delta(thread, record)
@@ -371,8 +378,8 @@ class Tracker:
                 fields.observed_nanos = max(0, record.received_ns - since_ns)
                 if held:
                     self._closed[tgid] = process.start_ticks
-            if held and thread is not None:
-                self._finalise(process, thread, record)
+            if thread is not None and finalise:
+                self._finalise(cache[tgid], thread, record)
             result.deltas.append(ExitDelta(record, fields, process, record.ppid))
             result.outcomes["closed" if thread is not None else "born"] += 1
         return result
@@ -399,17 +406,22 @@ class Tracker:
         for pid, instant in carry.instants:
             since_of[pid] = instant
         alive = carry.alive
+        before: dict[int, ProcessReading] = {}
+        keep = self.keeps_replaced
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
+            if keep:
+                old = cache.get(pid)
+                if old is not None and old.threads is not reading.threads:
+                    before[pid] = old
             cache[pid] = reading
             if pid in since_of:  # its instant is this reading's own from now on
                 del since_of[pid]
-        gone = {}
         for pid in cache.keys() - alive:  # not seen this pass: gone
-            gone[pid] = cache.pop(pid)
+            before[pid] = cache.pop(pid)
             since_of.pop(pid, None)
-        self._gone = gone
+        self._before = before
         if self._closed:
             self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
         self._blocks = carry.blocks

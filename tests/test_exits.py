@@ -157,6 +157,7 @@ def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, **
 def two_passes(*first: object, second=()) -> Tracker:
     """A tracker through two passes at 100 s and 200 s (the interval begins at 100 s)."""
     tracker = Tracker(HZ)
+    tracker.keeps_replaced = True  # as the engine's, listening for exits
     tracker.advance(list(first), 100 * SEC)
     tracker.advance(list(second), 200 * SEC)
     return tracker
@@ -229,6 +230,24 @@ def test_a_thread_of_a_live_process_closes_its_own_interval_only():
     (delta,) = closed.deltas
     assert delta.fields.on_cpu_nanos == 2 * SEC
     assert (delta.fields.processes, delta.fields.observed_nanos) == (0, 0)
+
+
+def test_a_thread_gone_from_a_live_process_is_closed_against_its_last_reading():
+    """Thread 11 read by the first pass, gone by the second, which reads its process on:
+    its record, taken after the second pass, closes it from the first pass's reading, and
+    is not taken for a birth (it was counted whole, or from its own earlier reading, by
+    the pass that read it)."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    first = proc(10, START, at=100 * SEC, threads=both)
+    second = proc(10, START, at=200 * SEC, threads=both[:1])
+    tracker = two_passes(first, second=[second])
+    closed = tracker.close(
+        [record(11, 10, at=201 * SEC, lived=201 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=201 * SEC - START * TICK_NS, on_cpu=3 * SEC)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == 2 * SEC
+    assert delta.process is second
 
 
 def test_a_task_born_and_gone_between_passes_counts_whole_in_its_parents_group():

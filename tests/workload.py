@@ -26,6 +26,12 @@ Commands:
     fork            fork a child that waits for orders; print its PID
     write PATH N    the child writes N bytes to PATH with fsync; print "written"
     reap            the child exits and this process reaps it; print "reaped"
+    lives KIND WORKERS RUN_MS REPORT SECONDS
+                    WORKERS loops for SECONDS, each starting short lives one after the
+                    other (KIND: processes or threads), each busy RUN_MS of its own CPU
+                    time, then appending what it ran and waited of itself, from its
+                    schedstat, to the file REPORT ("on_cpu run_delay", ns) as it ends;
+                    print "lived N"
     exit            stop
 """
 
@@ -67,6 +73,53 @@ def children(run_ms: float) -> None:
                 hashlib.sha256(buffer).digest()
             os._exit(0)
         os.waitpid(pid, 0)
+
+
+def self_reported() -> bytes:
+    """The calling thread's on-CPU time and run delay (ns), as its `schedstat` gives them."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as stat:
+        on_cpu, delay, _ = stat.read().split()
+    return b"%s %s\n" % (on_cpu, delay)
+
+
+def life(run_ms: float, report: int) -> None:
+    """One short life: busy `run_ms` of its thread's CPU time, then what it ran and waited
+    of itself appended to `report` (one write: atomic), just before it ends."""
+    buffer = os.urandom(1 << 16)
+    until = time.thread_time() + run_ms / 1000
+    while time.thread_time() < until:
+        hashlib.sha256(buffer).digest()
+    os.write(report, self_reported())
+
+
+def lives(kind: str, workers: int, run_ms: float, report_path: str, seconds: float) -> int:
+    """`workers` loops side by side for `seconds`, each starting short lives one after the
+    other (child processes or threads of this process: `kind`); the lives they started."""
+    report = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    deadline = time.monotonic() + seconds
+    started = [0] * workers
+
+    def loop(index: int) -> None:
+        while time.monotonic() < deadline:
+            started[index] += 1
+            if kind == "threads":
+                thread = threading.Thread(target=life, args=(run_ms, report))
+                thread.start()
+                thread.join()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                life(run_ms, report)
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+    loops = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
+    for thread in loops:
+        thread.start()
+    for thread in loops:
+        thread.join()
+    os.close(report)
+    return sum(started)
 
 
 def sleeper(index: int) -> None:
@@ -238,6 +291,11 @@ def main() -> None:
             child[1].write(line)
             child[1].flush()
             print(child[2].readline().strip(), flush=True)
+        elif parts[0] == "lives":  # lives KIND WORKERS RUN_MS REPORT SECONDS
+            kind, workers, run_ms, report, seconds = parts[1:]
+            assert kind in ("processes", "threads"), kind
+            count = lives(kind, int(workers), float(run_ms), report, float(seconds))
+            print(f"lived {count}", flush=True)
         elif parts[0] == "reap":
             child[1].write("exit\n")
             child[1].flush()
