@@ -288,6 +288,7 @@ def podman_run(
     - `readOnlyRootFilesystem` adds no tmpfs (podman's `--read-only` would).
     """
     run = PodmanRun()
+    host_network = pod.get("hostNetwork") is True
     containers = pod.get("containers")
     if not containers or len(containers) != 1:
         raise UnsupportedSpec(f"pod with {len(containers or [])} containers (one is known)")
@@ -297,6 +298,12 @@ def podman_run(
             continue
         if key == "volumes":
             volumes = {volume["name"]: volume for volume in value}
+        elif (key, value) == ("hostPID", True):
+            run.options.append("--pid=host")
+        elif (key, value) == ("hostNetwork", True):
+            run.options.append("--network=host")
+        elif (key, value) == ("dnsPolicy", "ClusterFirstWithHostNet") and host_network:
+            pass  # no cluster DNS on one node: the host's resolver, as podman's host network
         elif key not in _POD_DEFAULTS or value != _POD_DEFAULTS[key]:
             raise UnsupportedSpec(f"pod field {key}: {value!r}")
     (container,) = containers
@@ -311,7 +318,7 @@ def podman_run(
             run.options += _env(value)
         elif key == "ports":
             for port in value:
-                _port(port, host_port(), run)
+                _port(port, None if host_network else host_port(), run)
         elif key == "securityContext":
             run.options += _security(value)
         elif key == "resources":
@@ -335,11 +342,16 @@ def _env(variables: list[dict]) -> list[str]:
     return flags
 
 
-def _port(port: dict, host: int, run: PodmanRun) -> None:
+def _port(port: dict, host: int | None, run: PodmanRun) -> None:
+    """A container port published on 127.0.0.1:`host`; on the host's network (`host`
+    None) it is the host's own port, as with hostNetwork."""
     if set(port) - {"name", "containerPort", "protocol"} or port.get("protocol", "TCP") != "TCP":
         raise UnsupportedSpec(f"port {port!r}")
     number = port["containerPort"]
-    run.options.append(f"--publish=127.0.0.1:{host}:{number}/tcp")
+    if host is None:
+        host = number
+    else:
+        run.options.append(f"--publish=127.0.0.1:{host}:{number}/tcp")
     run.ports[number] = host
     if "name" in port:
         run.ports[port["name"]] = host

@@ -138,10 +138,22 @@ def test_the_rendered_daemonset_translates_to_podman_flags(tmp_path):
     assert pod_cgroup("burstable", "u") == "/kubepods/burstable/podu"
 
 
+def test_exit_records_translate_to_the_hosts_namespaces_and_net_admin():
+    """`procdelta.exits`: the host's PID and network namespaces and NET_ADMIN, as podman
+    flags; on the host's network the container's port is the host's own, unpublished."""
+    pod = only(render({"procdelta": {"exits": True}}), "DaemonSet")["spec"]["template"]["spec"]
+    run = podman_run(pod, lambda: 40001, submounts=lambda path: [])
+    assert {"--pid=host", "--network=host", "--cap-add=NET_ADMIN"} <= set(run.options)
+    assert "--env=PROCDELTA_COLLECTOR_EXITS=true" in run.options
+    assert not [option for option in run.options if option.startswith("--publish")]
+    assert run.ports == {9746: 9746, "metrics": 9746}
+
+
 @pytest.mark.parametrize(
     ("change", "complaint"),
     [
-        (lambda pod, c: pod.update(hostPID=True), "hostPID"),
+        (lambda pod, c: pod.update(hostIPC=True), "hostIPC"),
+        (lambda pod, c: pod.update(dnsPolicy="ClusterFirstWithHostNet"), "dnsPolicy"),
         (lambda pod, c: pod.update(initContainers=[{"name": "x"}]), "initContainers"),
         (lambda pod, c: c.update(workingDir="/tmp"), "workingDir"),
         (lambda pod, c: c["securityContext"].update(procMount="Unmasked"), "procMount"),
@@ -762,3 +774,134 @@ def test_top_from_the_pods_own_serve_runs_in_the_pod(scene, mode):
     own = [t for t in threads if t["pid"] == pid]
     assert len(own) >= 2 and {t["tid"] for t in own} >= {pid}, threads
     assert all(t["comm"] for t in own)
+
+
+# -- the kernel's exit records (procdelta.exits) -----------------------------------------------
+
+LIVES = """
+import hashlib, os, time
+while True:  # short processes one after the other, each 30 ms of its own CPU
+    child = os.fork()
+    if child == 0:
+        until = time.process_time() + 0.03
+        while time.process_time() < until:
+            hashlib.sha256(b"x" * 4096).digest()
+        os._exit(0)
+    os.waitpid(child, 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def exits_scene(image, report):
+    """A build-like pod whose work is short processes (a runtime-made pod, as kubelet lays
+    it out), and two collectors run as the chart's DaemonSet runs them: with
+    `procdelta.exits` (the host's PID and network namespaces, NET_ADMIN; listening on
+    127.0.0.1 only, through `extraArgs`), and the default DaemonSet with the switch alone
+    turned on (`extraEnv`), which lacks all three. {"pod": Pod, "listening": Collector,
+    "refused": Collector}."""
+    work = Path(tempfile.mkdtemp(prefix="procdelta-exits-"))
+    suffix = uuid.uuid4().hex[:6]
+    names: list[str] = []
+    cgroups: list[str] = []
+    try:
+        pods, container_logs = work / "pods", work / "containers"
+        pods.mkdir()
+        container_logs.mkdir()
+
+        def run(pod: Pod, role: str, options: list[str], command: list[str]) -> str:
+            if pod.cgroup not in cgroups:
+                (pods / f"{pod.namespace}_{pod.name}_{pod.uid}").mkdir()
+                cgroups.append(pod.cgroup)
+            name = f"procdelta-test-{suffix}-{role}-{pod.name}"
+            names.append(name)
+            cid = start(name, pod.cgroup, "private", options, command)
+            (container_logs / f"{pod.name}_{pod.namespace}_{role}-{cid}.log").touch()
+            return name
+
+        build = Pod("ci", f"build-{suffix}", str(uuid.uuid4()), "burstable")
+        run(build, "pause", [], [BASE_IMAGE, "sleep", "infinity"])
+        run(build, "steps", [], [BASE_IMAGE, "python3", "-c", LIVES])
+        paths = {"podLogs": str(pods), "containerLogs": str(container_logs)}
+        port = free_port()
+        variants = {
+            "listening": {
+                "procdelta": {"interval": INTERVAL, "exits": True},
+                "service": {"port": port},
+                "extraArgs": [f"--web.listen-address=127.0.0.1:{port}"],
+            },
+            "refused": {
+                "procdelta": {"interval": INTERVAL},
+                "extraEnv": [{"name": "PROCDELTA_COLLECTOR_EXITS", "value": "true"}],
+            },
+        }
+        scene: dict = {"pod": build}
+        for variant, values in variants.items():
+            spec = only(render({**values, "hostPaths": paths}), "DaemonSet")["spec"]
+            pod_spec = spec["template"]["spec"]
+            pod = Pod("monitoring", f"procdelta-{variant}-{suffix}", str(uuid.uuid4()),
+                      qos_class(pod_spec))  # fmt: skip
+            run(pod, "pause", [], [BASE_IMAGE, "sleep", "infinity"])
+            flags = podman_run(pod_spec, free_port)
+            started = time.monotonic()
+            name = run(pod, "procdelta", flags.options, [image, *flags.args])
+            scene[variant] = Collector("private", pod, name, flags, started)
+        for variant in variants:
+            collector = scene[variant]
+            wait_until(lambda c=collector: _quietly(lambda: complete(c.page())), 60,
+                       f"a complete page ({variant})")  # fmt: skip
+        yield scene
+    finally:
+        if names:
+            podman("rm", "--force", "--ignore", "--time=0", *names, check=False, timeout=120)
+        left = [path for cgroup in cgroups for path in remove_pod_cgroup(cgroup)]
+        shutil.rmtree(work, ignore_errors=True)
+        assert left == [], f"pod cgroups left behind: {left}"
+
+
+def _quietly(check):
+    """`check()`, or False while the collector is not answering yet."""
+    try:
+        return check()
+    except OSError:
+        return False
+
+
+def counted_share(collector: Collector, pod: Pod, passes: int = 3) -> tuple[float, float]:
+    """Over `passes` passes: the pod's summed on-CPU time over its cgroup's CPU time (both
+    from the same pages, so from the same passes), and that cgroup time (s)."""
+    selector = {"namespace": pod.namespace, "pod": pod.name}
+    first = collector.next_pass(collector.page().passes)
+    last = first
+    while last.passes < first.passes + passes:
+        last = collector.next_pass(last.passes)
+
+    def delta(name: str) -> float:
+        return sum(last.values(name, **selector)) - sum(first.values(name, **selector))
+
+    cgroup = delta("procdelta_cgroup_cpu_nanos_total")
+    return delta("procdelta_on_cpu_nanos_total") / cgroup, cgroup / 1e9
+
+
+@pytest.mark.container
+def test_with_the_exits_value_a_pod_of_short_processes_is_counted_whole(exits_scene, report):
+    """The chart's `procdelta.exits`, run by podman as the rendered DaemonSet: the build
+    pod's summed on-CPU time is its cgroup's, within 5 %; the default DaemonSet with the
+    switch alone counts a fraction, and says at start-up why it hears no exit."""
+    pod, listening, refused = exits_scene["pod"], exits_scene["listening"], exits_scene["refused"]
+    share, cgroup_seconds = counted_share(listening, pod)
+    without, _ = counted_share(refused, pod)
+    note(report, "short processes counted with exit records", f"{share:.3f} of their cgroup's")
+    note(report, "short processes counted without them", f"{without:.3f}")
+    assert cgroup_seconds > 1.0  # the build pod ran: a core, for three passes of 2 s
+    assert 0.95 <= share <= 1.05
+    assert without < 0.5
+    page = listening.page()
+    assert page.value("procdelta_source_available", source="exits") == 1
+    assert page.value("procdelta_exit_records_total", outcome="born") > 0
+    assert page.value("procdelta_exit_record_overflows_total") == 0
+    assert refused.page().value("procdelta_source_available", source="exits") == 0
+    log = podman("logs", refused.container).stderr
+    said = [line for line in log.splitlines() if "--collector.exits" in line]
+    assert len(said) == 1 and "level=warn" in said[0] and "CAP_NET_ADMIN" in said[0], log
+    quiet = podman("logs", listening.container).stderr
+    assert "--collector.exits" not in quiet, quiet
