@@ -31,7 +31,7 @@ from collector.model import (
 from collector.podcgroups import PodCgroups
 from collector.processes import ProcessTable
 from collector.reading import Reader
-from collector.tracker import Closed, ProcessDelta, Tracker
+from collector.tracker import Closed, ExitDelta, ProcessDelta, Tracker
 from collector.waits import NodeCPU, node_interval, with_waits
 
 log = logging.getLogger(__name__)
@@ -192,14 +192,13 @@ class Engine:
                 readings.carried,
                 readings.carried_at_ns,
             )
-            closed = self.tracker.close(self.exits.drain()) if self.exits else None
             grouped = group_pass(
                 advance.deltas,
                 readings.footprints,
                 self.grouper,
                 advance.carried,
             )
-            unplaced = self._add_exits(closed, grouped) if closed is not None else None
+            closed, unplaced = self._close_exits(grouped) if self.exits else (None, None)
             late = self._read_cgroups(self._new_cgroups(grouped, early))
             cgroups = self._guard_cgroups(early, late, grouped)
             cpusets = self._cpusets(advance.deltas, grouped)
@@ -252,14 +251,19 @@ class Engine:
             exits_unplaced=unplaced,
         )
 
-    def _add_exits(self, closed: Closed, grouped: Grouped) -> Fields:
-        """Each exit record's delta into its group's interval (`Tracker.close`): the group
-        of the process the cache held, or, for a task born and gone, its parent's (by this
-        pass's processes, the last pass's, or the parent's own cgroup file read now).
-        What no file places adds to the node's own unplaced sums, returned."""
+    def _close_exits(self, grouped: Grouped) -> tuple[Closed, Fields]:
+        """The exit records received since the last pass (`Tracker.close`), each delta into
+        its group's interval as it is made: the group of the process the cache held, or,
+        for a task born and gone, its parent's (by this pass's processes, the last pass's,
+        or the parent's own cgroup file read now). What no file places adds to the node's
+        own unplaced sums, returned."""
+        assert self.exits is not None
         unplaced = Fields()
         latest, before = grouped.group_of_pid, self._group_of_pid
-        for delta in closed.deltas:
+        unplaced_count = 0
+
+        def place(delta: ExitDelta) -> None:
+            nonlocal unplaced_count
             if delta.process is not None:
                 group = self._group_of_text(delta.process.cgroup)
             elif delta.ppid in latest or delta.ppid in before:
@@ -267,17 +271,21 @@ class Engine:
             else:
                 group = self._group_of_text(self._cgroup_of(delta.ppid))
             if group is _LEFT_OUT:  # --pods-only: not a pod's
-                continue
+                return
             if group is None:
                 unplaced.add(delta.fields)
-                closed.outcomes["unplaced"] += 1
-                continue
+                unplaced_count += 1
+                return
             interval = grouped.intervals.get(group)
             if interval is None:
                 interval = grouped.intervals[group] = Fields()
             interval.add(delta.fields)
+
+        closed = self.tracker.close(self.exits.drain(), sink=place)
+        if unplaced_count:
+            closed.outcomes["unplaced"] += unplaced_count
         self._group_of_pid = grouped.group_of_pid
-        return unplaced
+        return closed, unplaced
 
     def _group_of_text(self, cgroup: bytes | None) -> Group | object | None:
         """The group a cgroup file names; `_LEFT_OUT` where `--pods-only` drops it; None

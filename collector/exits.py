@@ -20,7 +20,6 @@ hostPID and the NET_ADMIN capability.
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import os
@@ -28,9 +27,12 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NETLINK_GENERIC = 16
 GENL_ID_CTRL = 0x10
@@ -55,8 +57,9 @@ BUFFER_BYTES = 16 << 20
 """The socket's receive buffer by default: the records of a fork storm's bursts while the
 listener waits for the interpreter (docs/performance.md, "Exit records")."""
 
-MAX_QUEUED = 200_000
-"""Records held between two passes at most; past it, the oldest are dropped and counted
+MAX_QUEUED = 100_000
+"""Records held between two passes at most (packed, `PACKED_BYTES` each: 10 MB), 6,600
+exits a second at the default 15 s interval; past it, the newest are dropped and counted
 (`ExitListener.dropped`)."""
 
 # struct taskstats (include/uapi/linux/taskstats.h), the fields read, by offset: the layout
@@ -69,6 +72,9 @@ _TIMES = struct.Struct("=QQQ8xQ")  # ac_etime, ac_utime, ac_stime, ac_majflt @14
 _IO = struct.Struct("=QQ8xQQ")  # read_bytes, write_bytes, nvcsw, nivcsw @248
 _TGID = struct.Struct("=I4xQ")  # ac_tgid, ac_tgetime @368 (version 12 and later)
 _MIN_BYTES = 296  # through nivcsw
+# A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
+_PACKED = struct.Struct("=III?16sqqqQQQQQQQQQ")
+PACKED_BYTES = _PACKED.size
 _TGID_VERSION = 12
 _TGID_BYTES = 384
 
@@ -115,8 +121,9 @@ class ExitRecord:
         return self.received_ns - self.group_lived_ns
 
 
-def parse_stats(data: bytes, received_ns: int) -> ExitRecord | None:
-    """A `struct taskstats` as an `ExitRecord`, or None where it is too short to be one."""
+def pack_stats(data: bytes, received_ns: int) -> bytes | None:
+    """A `struct taskstats` as the listener holds it (`PACKED_BYTES`), or None where it is
+    too short to be one."""
     if len(data) < _MIN_BYTES:
         return None
     version, flag = _HEAD.unpack_from(data, 0)
@@ -126,25 +133,43 @@ def parse_stats(data: bytes, received_ns: int) -> ExitRecord | None:
     tgid, group_lived_us = 0, lived_us
     if version >= _TGID_VERSION and len(data) >= _TGID_BYTES:
         tgid, group_lived_us = _TGID.unpack_from(data, 368)
-    return ExitRecord(
-        pid=pid,
-        tgid=tgid,
-        ppid=ppid,
-        last=bool(flag & AGROUP),
-        comm=data[80:112].split(b"\0", 1)[0].decode("utf-8", "replace"),
-        received_ns=received_ns,
-        lived_ns=lived_us * 1000,
-        group_lived_ns=group_lived_us * 1000,
-        on_cpu_ns=_RUN.unpack_from(data, 72)[0],
-        run_delay_ns=_DELAY.unpack_from(data, 24)[0],
-        voluntary_switches=voluntary,
-        nonvoluntary_switches=nonvoluntary,
-        read_bytes=read_bytes,
-        write_bytes=write_bytes,
-        utime_us=utime,
-        stime_us=stime,
-        major_faults=majflt,
-    )
+    return _PACKED.pack(
+        pid, tgid, ppid, bool(flag & AGROUP), data[80:96], received_ns,
+        lived_us * 1000, group_lived_us * 1000,
+        _RUN.unpack_from(data, 72)[0], _DELAY.unpack_from(data, 24)[0],
+        voluntary, nonvoluntary, read_bytes, write_bytes, utime, stime, majflt,
+    )  # fmt: skip
+
+
+def _record(fields: tuple) -> ExitRecord:
+    pid, tgid, ppid, last, comm, *counters = fields
+    name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return ExitRecord(pid, tgid, ppid, last, name, *counters)
+
+
+def parse_stats(data: bytes, received_ns: int) -> ExitRecord | None:
+    """A `struct taskstats` as an `ExitRecord`, or None where it is too short to be one."""
+    packed = pack_stats(data, received_ns)
+    return None if packed is None else _record(_PACKED.unpack(packed))
+
+
+class ExitRecords(Sequence[ExitRecord]):
+    """Packed records (`pack_stats`, one after the other), each an `ExitRecord` as it is
+    iterated: a pass that takes many holds one at a time."""
+
+    def __init__(self, packed: bytes | bytearray = b""):
+        self.packed = bytes(packed)
+
+    def __len__(self) -> int:
+        return len(self.packed) // PACKED_BYTES
+
+    def __iter__(self) -> Iterator[ExitRecord]:
+        return map(_record, _PACKED.iter_unpack(self.packed))
+
+    def __getitem__(self, index):  # a Sequence's; passes only iterate
+        if isinstance(index, slice):
+            return list(self)[index]
+        return _record(_PACKED.unpack_from(self.packed, range(len(self))[index] * PACKED_BYTES))
 
 
 def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, memoryview]]:
@@ -160,13 +185,15 @@ def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, mem
     return found
 
 
-def parse_messages(data: bytes, received_ns: int) -> tuple[list[ExitRecord], int | None]:
+def parse_messages(
+    data: bytes, received_ns: int, make: Callable[[bytes, int], T | None] = parse_stats
+) -> tuple[list[T], int | None]:
     """The exit records of what one read of the socket gave (netlink messages, each a
     generic netlink header and the attributes AGGR_PID, holding PID and STATS, or AGGR_TGID,
-    holding TGID and the process's delay sums); and the error an NLMSG_ERROR message
-    carried (0: an ack; None: no such message). A process's AGGR_TGID sums are its tasks'
-    own records again: not taken."""
-    records: list[ExitRecord] = []
+    holding TGID and the process's delay sums), each made by `make` (an `ExitRecord`, or
+    packed); and the error an NLMSG_ERROR message carried (0: an ack; None: no such
+    message). A process's AGGR_TGID sums are its tasks' own records again: not taken."""
+    records: list[T] = []
     error: int | None = None
     offset = 0
     while offset + 16 <= len(data):
@@ -181,7 +208,7 @@ def parse_messages(data: bytes, received_ns: int) -> tuple[list[ExitRecord], int
                     continue
                 for inner, stats in attributes(value):
                     if inner == TASKSTATS_TYPE_STATS:
-                        record = parse_stats(bytes(stats), received_ns)
+                        record = make(bytes(stats), received_ns)
                         if record is not None:
                             records.append(record)
         offset += (length + 3) & ~3
@@ -225,15 +252,20 @@ class ExitListener:
     (`overflows`: the times the kernel said ENOBUFS; how many records each time lost, the
     kernel does not say)."""
 
-    def __init__(self, buffer_bytes: int = BUFFER_BYTES, clock=_boottime_ns):
+    def __init__(
+        self,
+        buffer_bytes: int = BUFFER_BYTES,
+        clock=_boottime_ns,
+        sock: socket.socket | None = None,
+    ):
         self.clock = clock
         self.buffer_bytes = buffer_bytes
         self.overflows = 0
         self.dropped = 0  # past MAX_QUEUED, between two passes
         self.received = 0
-        self._queue: collections.deque[ExitRecord] = collections.deque()
+        self._queue = bytearray()  # packed records (`pack_stats`), in the order they came
         self._lock = threading.Lock()
-        self._socket = self._register()
+        self._socket = self._register() if sock is None else sock  # given: registered
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
 
@@ -245,13 +277,17 @@ class ExitListener:
         if child == 0:  # pragma: no cover (the child)
             os._exit(0)
         os.waitpid(child, 0)
-        self._thread.start()
+        self.listen()
         deadline = time.monotonic() + proof_seconds
         while time.monotonic() < deadline:
             with self._lock:
-                if any(record.pid == child for record in self._queue):
-                    kept = [record for record in self._queue if record.pid != child]
-                    self._queue = collections.deque(kept)
+                came = ExitRecords(self._queue)
+                if any(record.pid == child for record in came):
+                    self._queue = bytearray().join(
+                        self._queue[i * PACKED_BYTES : (i + 1) * PACKED_BYTES]
+                        for i, record in enumerate(came)
+                        if record.pid != child
+                    )
                     return self
             time.sleep(0.01)
         self.close()
@@ -260,6 +296,11 @@ class ExitListener:
             "network namespace, where the kernel sends them (hostNetwork in Kubernetes, "
             "--network host with podman)"
         )
+
+    def listen(self) -> ExitListener:
+        """Start the thread that takes the records off the socket."""
+        self._thread.start()
+        return self
 
     def _register(self) -> socket.socket:
         try:
@@ -286,7 +327,7 @@ class ExitListener:
                     NLM_F_ACK,
                 )
             )
-            self._queue.extend(self._acknowledged(sock, "registering for exit records"))
+            self._queue += b"".join(self._acknowledged(sock, "registering for exit records"))
             if not with_force:
                 log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
             sock.settimeout(_WAKE_SECONDS)  # so that `close` stops the thread
@@ -315,13 +356,13 @@ class ExitListener:
                 return struct.unpack_from("=H", value)[0]
         raise ExitsUnavailable("TASKSTATS family: no id in the kernel's answer")
 
-    def _acknowledged(self, sock: socket.socket, what: str) -> list[ExitRecord]:
+    def _acknowledged(self, sock: socket.socket, what: str) -> list[bytes]:
         """The registration's answer, an ack, or the reason it was refused; and the
-        records that came before it (tasks exiting meanwhile on other CPUs)."""
-        came: list[ExitRecord] = []
+        records that came before it (tasks exiting meanwhile on other CPUs), packed."""
+        came: list[bytes] = []
         while True:
             data = sock.recv(1 << 20)
-            records, error = parse_messages(data, self.clock())
+            records, error = parse_messages(data, self.clock(), pack_stats)
             came += records
             if error is not None:
                 break
@@ -356,23 +397,20 @@ class ExitListener:
                 continue
             if not size:
                 continue
-            records, _ = parse_messages(bytes(buffer[:size]), clock())
+            records, _ = parse_messages(bytes(buffer[:size]), clock(), pack_stats)
             if not records:
                 continue
             with self._lock:
                 queue = self._queue
-                queue.extend(records)
+                kept = records[: max(0, MAX_QUEUED - len(queue) // PACKED_BYTES)]
+                queue += b"".join(kept)
                 self.received += len(records)
-                excess = len(queue) - MAX_QUEUED
-                for _ in range(excess):
-                    queue.popleft()
-                if excess > 0:
-                    self.dropped += excess
+                self.dropped += len(records) - len(kept)
 
-    def drain(self) -> list[ExitRecord]:
+    def drain(self) -> ExitRecords:
         """The records received since the last drain, in the order they came."""
         with self._lock:
-            records, self._queue = list(self._queue), collections.deque()
+            records, self._queue = ExitRecords(self._queue), bytearray()
         return records
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ so the cache is bounded by the process table.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import is_
 from typing import NamedTuple
@@ -316,7 +316,11 @@ class Tracker:
         self._take(readings, carry, listed_at_ns)
         return result
 
-    def close(self, records: Iterable[ExitRecord]) -> Closed:
+    def close(
+        self,
+        records: Iterable[ExitRecord],
+        sink: Callable[[ExitDelta], object] | None = None,
+    ) -> Closed:
         """Close tasks' last intervals with their exit records (docs/reference.md §2), once
         a pass is taken (`advance`), with the records received since the last was: a record
         closes the interval of the task the cache holds (read alive by the pass, or a zombie)
@@ -335,7 +339,9 @@ class Tracker:
         was born since as well (its process's are the sum of its tasks'). The cached thread
         takes the record's final counters, and a process closed so is not counted again
         where a pass reads it as a zombie: no task is counted twice, whichever of its
-        record and the next pass comes first."""
+        record and the next pass comes first.
+
+        With `sink`, each delta is given to it as it is made, not kept in the result."""
         result = Closed()
         previous = self._interval_began_ns
         cache, before, hz = self._cache, self._before, self.hz
@@ -380,7 +386,11 @@ class Tracker:
                     self._closed[tgid] = process.start_ticks
             if thread is not None and finalise:
                 self._finalise(cache[tgid], thread, record)
-            result.deltas.append(ExitDelta(record, fields, process, record.ppid))
+            delta = ExitDelta(record, fields, process, record.ppid)
+            if sink is None:
+                result.deltas.append(delta)
+            else:  # each taken as it comes: a storm's records are not held at once
+                sink(delta)
             result.outcomes["closed" if thread is not None else "born"] += 1
         return result
 

@@ -6,10 +6,13 @@ else, and no task is counted twice whichever of its record and the next pass com
 
 from __future__ import annotations
 
+import socket
 import struct
+import time
 
 import pytest
 
+from collector import exits
 from collector.exits import (
     AGROUP,
     TASKSTATS_TYPE_AGGR_PID,
@@ -17,7 +20,10 @@ from collector.exits import (
     TASKSTATS_TYPE_PID,
     TASKSTATS_TYPE_STATS,
     TASKSTATS_TYPE_TGID,
+    ExitListener,
     ExitRecord,
+    ExitRecords,
+    pack_stats,
     parse_messages,
     parse_stats,
 )
@@ -123,6 +129,42 @@ def test_messages_give_their_tasks_records_not_their_processes_sums():
     records, error = parse_messages(one + two, 5)
     assert [(r.pid, r.on_cpu_ns, r.last) for r in records] == [(42, 5, False), (40, 7, True)]
     assert error is None
+
+
+def test_records_are_held_packed_and_read_back_whole():
+    stats = [taskstats(40 + i, 40, ppid=7, lived_us=1500 + i, on_cpu=11 * i, delay=22 * i,
+                       rd=512 * i, comm=b"a-very-long-command-name") for i in range(3)]  # fmt: skip
+    # the kernel's names are 15 bytes at most (TASK_COMM_LEN): 16 are held
+    held = ExitRecords(b"".join(pack_stats(s, 10 * SEC + i) for i, s in enumerate(stats)))
+    assert len(held) == 3 and held.packed.__len__() == 3 * exits.PACKED_BYTES
+    assert list(held) == [parse_stats(s, 10 * SEC + i) for i, s in enumerate(stats)]
+    assert list(held) == list(held)  # iterated again, the same
+    assert held[1].pid == 41 and held[-1].on_cpu_ns == 22 and held[0].comm == "a-very-long-comm"
+
+
+def test_the_listener_holds_at_most_its_bound_and_counts_the_rest(monkeypatch):
+    """Records past MAX_QUEUED between two passes are dropped, newest first, and counted;
+    a drain empties the queue; closing stops the thread."""
+    monkeypatch.setattr(exits, "MAX_QUEUED", 5)
+    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.settimeout(0.05)
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    try:
+        for pid in range(100, 108):  # one message a read, as the kernel sends them
+            kernel.send(exit_message(taskstats(pid, lived_us=1000), pid))
+        deadline = time.monotonic() + 10
+        while listener.received < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (listener.received, listener.dropped) == (8, 3)
+        assert [r.pid for r in listener.drain()] == [100, 101, 102, 103, 104]
+        kernel.send(exit_message(taskstats(200, lived_us=1000), 200))
+        while listener.received < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [r.pid for r in listener.drain()] == [200] and listener.dropped == 3
+    finally:
+        listener.close()
+        kernel.close()
+    assert not listener._thread.is_alive()
 
 
 def test_an_error_message_says_its_code():

@@ -113,8 +113,8 @@ def test_short_lives_are_counted_whole(pod, kind, tmp_path):  # noqa: F811 (the 
     # rounding per pass at most).
     assert summed.on_cpu_nanos <= cgroup_ns + 1000 * len(heard)
     assert without.on_cpu_nanos < 0.5 * on_cpu  # what the records closed
+    # (the node's other exits are in these counts too: some may be unplaced)
     assert outcomes.get("born", 0) + outcomes.get("closed", 0) >= lives
-    assert outcomes.get("unplaced", 0) == 0
 
 
 # A process in the pod that takes a given PID for a child of its own (the kernel's
@@ -152,9 +152,11 @@ def captured(engine: Engine) -> list:
     closes = []
     close_records = engine.tracker.close
 
-    def keeping(records):
-        closed = close_records(records)
+    def keeping(records, sink=None):
+        closed = close_records(records)  # the deltas kept, then given to the engine's sink
         closes.append(closed)
+        for delta in closed.deltas if sink is not None else ():
+            sink(delta)
         return closed
 
     engine.tracker.close = keeping
