@@ -12,3 +12,24 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "cpu_shares: measures shares of the CPUs on live cgroups; a failure says first "
+        "whether other work used them meanwhile (tests/machine.py)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed `cpu_shares` test's report says first whether the machine was busy."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when == "call" and item.get_closest_marker("cpu_shares"):
+        from tests.machine import busy_verdict
+
+        verdict = busy_verdict()
+        if verdict is not None:
+            report.longrepr = f"{verdict}\n\n{report.longrepr}"

@@ -36,6 +36,7 @@ from collector.parse import parse_flat_keyed, parse_pressure
 from collector.wiring import Options, build_engine
 from tests.cgroupfixture import CgroupReads
 from tests.cgroups import Workload, cgroups, enter, hierarchy
+from tests.machine import lay_out
 
 pytestmark = pytest.mark.kernel
 
@@ -120,7 +121,9 @@ def close(value: int, reference: int, tolerance: float) -> bool:
     return abs(value - reference) <= tolerance * reference
 
 
+@pytest.mark.cpu_shares
 def test_throttled_pod_run_delay_is_its_own_quota(tmp_path):
+    lay_out()
     with Pod(tmp_path, "throttled") as pod:
         # a 10% quota on the container, as kubelet sets a CPU limit of 100m
         with open(os.path.join(pod.dirs["cpu"], "cpu.cfs_quota_us"), "w") as quota:
@@ -219,7 +222,9 @@ def test_pod_with_no_process_alive_at_either_pass_still_exports_its_cpu(tmp_path
     assert not any(line.startswith("procdelta_interval_on_cpu_nanos{") for line in series)
 
 
+@pytest.mark.cpu_shares
 def test_steady_pod_sums_agree_with_its_cgroup(tmp_path):
+    lay_out()
     with Pod(tmp_path, "steady") as pod, Workload(list(pod.dirs.values()), "--busy", "2"):
         result, _, _ = measured_interval(pod, lambda: None)
     fields, cgroup = pod.interval(result)
@@ -233,7 +238,9 @@ def test_steady_pod_sums_agree_with_its_cgroup(tmp_path):
     assert cgroup.cpu_throttled_periods == 0  # no quota, no throttling
 
 
+@pytest.mark.cpu_shares
 def test_v2_pod_contending_for_one_cpu_shows_cpu_pressure(tmp_path):
+    lay_out()
     with Pod(tmp_path, "contended", kinds=("v2",)) as pod:
         paths = [pod.dirs["v2"]]
         with (
@@ -341,12 +348,14 @@ def test_engine_without_cgroup_collector_reads_no_cgroup(tmp_path):
     assert fields is not None and fields.on_cpu_nanos > 0
 
 
+@pytest.mark.cpu_shares
 def test_a_pod_pinned_to_one_cpu_says_so_and_its_own_threads_are_measured_against_it(tmp_path):
     """A pod whose container v1's cpuset pins to CPU 0 (as the CPU manager's static policy
     does), two busy threads in it: its CPUs are `0`, one CPU, where the collector's own
     cgroup has every CPU (`all`); and its run delay, split on the interval's averages (a
     pod in the v1 hierarchies alone has no CPU pressure), is its own threads' (two
     runnable against one CPU), not its neighbours' (the node has two)."""
+    lay_out()
     root = hierarchy("cpuset")
     with Pod(tmp_path, "pinned", kinds=("cpu", "cpuacct", "cpuset")) as pod:
         # a v1 cpuset takes no task before its CPUs and memory nodes are set, level by level

@@ -22,11 +22,12 @@ import pytest
 import yaml
 
 from tests.cgroups import Workload, cgroup, cgroups, weighed
+from tests.machine import lay_out
 from tests.net import free_port, http_get, wait_until
 from tests.promtools import binary
 from tests.test_deploy import RULES, dashboard_queries, recording_rule_queries, set_variables
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.cpu_shares]
 ROOT = Path(__file__).parent.parent
 
 
@@ -145,6 +146,7 @@ def busy_pod(tmp_path_factory):
     busy-pod's threads and one web pod's (a third of a core each); CPU 1: busy-pod's third,
     the other web pod's (0.4 each) and throttled-pod's, which runs its 20% at once."""
     assert len(os.sched_getaffinity(0)) == 2, "the pods are laid out for two CPUs, 0 and 1"
+    lay_out()  # an idle machine: the shares below are measured on CPUs taken as the test's
     tmp_path = tmp_path_factory.mktemp("logs")
     uid, throttled_uid = str(uuid.uuid4()), THROTTLED_UID
     cid, throttled_cid = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2

@@ -33,10 +33,11 @@ from pathlib import Path
 import pytest
 
 from tests.cgroups import Workload, cgroups
+from tests.machine import lay_out
 from tests.net import free_port, http_get, wait_until
 from tests.test_end_to_end import Prometheus
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.cpu_shares]
 NODE = "findings-node"
 KINDS = ("cpu", "cpuacct", "v2")
 PERIOD_US = 100_000  # kubelet's CFS period
@@ -65,6 +66,7 @@ class Pod:
 def running(pods: list[Pod], logs: Path):
     """The pods laid out as kubelet's cgroupfs driver lays them out on this host's
     hierarchies, their names where kubelet writes them, each container's workload inside."""
+    lay_out()  # an idle machine, the CPUs the shapes below assume are the test's
     with contextlib.ExitStack() as stack:
         (logs / "containers").mkdir(parents=True, exist_ok=True)
         for pod in pods:

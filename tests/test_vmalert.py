@@ -22,7 +22,7 @@ from tests.test_end_to_end import Prometheus, shortened
 from tests.test_findings_kernel import NODE, Container, Pod, running, serving, two_cpus
 from tests.victoria import victoria
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.cpu_shares]
 VMALERT_RULES = (
     Path(__file__).parent.parent / "deploy" / "prometheus" / "procdelta.vmalert.rules.yml"
 )
