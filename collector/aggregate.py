@@ -39,6 +39,9 @@ class Grouped:
     # left out).
     group_of_pid: dict[int, Group | None] = field(default_factory=dict)
     group_of_cgroup: dict[bytes, Group] = field(default_factory=dict)
+    # the processes of `unplaced` (a group of None above not left out by `--pods-only`,
+    # as those of `malformed_pids`)
+    unplaced_pids: set[int] = field(default_factory=set)
 
 
 def group_pass(
@@ -63,6 +66,7 @@ def group_pass(
     sums: dict[Group, FootprintSums] = {}
     malformed: set[int] = set()
     unplaced = 0
+    unplaced_pids: set[int] = set()
     dirs: dict[Group, CgroupDirs] = {}
     group_of_pid: dict[int, Group | None] = {}
 
@@ -89,6 +93,7 @@ def group_pass(
             continue
         if group is UNPLACED:
             unplaced += 1
+            unplaced_pids.add(seen.pid)
             group = None
         group_of_pid[seen.pid] = group
         if group is None:
@@ -121,7 +126,9 @@ def group_pass(
             interval = interval_of(group)
             interval.processes += len(delta.readings)
             interval.observed_nanos += delta.observed_ns
-    return Grouped(intervals, sums, malformed, dirs, unplaced, group_of_pid, group_of_cgroup)
+    return Grouped(
+        intervals, sums, malformed, dirs, unplaced, group_of_pid, group_of_cgroup, unplaced_pids
+    )
 
 
 _NOT_READ = object()  # a process with no footprint this pass: it was carried

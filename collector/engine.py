@@ -167,6 +167,7 @@ class Engine:
         self.exits = exits
         tracker.keeps_replaced = exits is not None  # a live process's gone threads' readings
         self._group_of_pid: Mapping[int, Group | None] = {}
+        self._astray_pids: set[int] = set()  # of those, the ones no file placed
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -259,17 +260,29 @@ class Engine:
         own unplaced sums, returned."""
         assert self.exits is not None
         unplaced = Fields()
-        latest, before = grouped.group_of_pid, self._group_of_pid
         unplaced_count = 0
+        # the parents' groups by PID, this pass's first; None there is a process left out
+        # by --pods-only, but for those no file placed
+        maps = (
+            (grouped.group_of_pid, grouped.unplaced_pids | grouped.malformed_pids),
+            (self._group_of_pid, self._astray_pids),
+        )
+
+        def parent_group(ppid: int) -> Group | object | None:
+            for groups, astray in maps:
+                if ppid in groups:
+                    group = groups[ppid]
+                    if group is not None:
+                        return group
+                    return None if ppid in astray else _LEFT_OUT
+            return self._group_of_text(self._cgroup_of(ppid))
 
         def place(delta: ExitDelta) -> None:
             nonlocal unplaced_count
             if delta.process is not None:
                 group = self._group_of_text(delta.process.cgroup)
-            elif delta.ppid in latest or delta.ppid in before:
-                group = latest.get(delta.ppid) or before.get(delta.ppid) or _LEFT_OUT
             else:
-                group = self._group_of_text(self._cgroup_of(delta.ppid))
+                group = parent_group(delta.ppid)
             if group is _LEFT_OUT:  # --pods-only: not a pod's
                 return
             if group is None:
@@ -285,6 +298,7 @@ class Engine:
         if unplaced_count:
             closed.outcomes["unplaced"] += unplaced_count
         self._group_of_pid = grouped.group_of_pid
+        self._astray_pids = maps[0][1]
         return closed, unplaced
 
     def _group_of_text(self, cgroup: bytes | None) -> Group | object | None:

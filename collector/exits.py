@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -58,7 +59,7 @@ BUFFER_BYTES = 16 << 20
 listener waits for the interpreter (docs/performance.md, "Exit records")."""
 
 MAX_QUEUED = 100_000
-"""Records held between two passes at most (packed, `PACKED_BYTES` each: 10 MB), 6,600
+"""Records held between two passes at most (packed, `PACKED_BYTES` each: 12.5 MB), 6,600
 exits a second at the default 15 s interval; past it, the newest are dropped and counted
 (`ExitListener.dropped`)."""
 
@@ -71,9 +72,9 @@ _IDS = struct.Struct("=II")  # ac_pid, ac_ppid @128
 _TIMES = struct.Struct("=QQQ8xQ")  # ac_etime, ac_utime, ac_stime, ac_majflt @144
 _IO = struct.Struct("=QQ8xQQ")  # read_bytes, write_bytes, nvcsw, nivcsw @248
 _TGID = struct.Struct("=I4xQ")  # ac_tgid, ac_tgetime @368 (version 12 and later)
-_MIN_BYTES = 296  # through nivcsw
+_MIN_BYTES = 288  # through nivcsw
 # A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
-_PACKED = struct.Struct("=III?16sqqqQQQQQQQQQ")
+_PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
 _TGID_VERSION = 12
 _TGID_BYTES = 384
@@ -86,8 +87,10 @@ class ExitsUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class ExitRecord:
     """One task's final counters, as its exit record gives them, with when it was taken off
-    the socket (`received_ns`, CLOCK_BOOTTIME: the exit itself, but for the listener's
-    delay) and its start on that clock, derived from how long it lived (`ac_etime`, µs).
+    the socket (`received_ns`, CLOCK_BOOTTIME), at most how long it had waited there
+    (`waited_ns`: since the listener last found the socket empty), and its start on that
+    clock, derived from how long it lived (`ac_etime`, µs): never before the task's own,
+    and later by at most `waited_ns`.
 
     `pid` is the task's TID (the initial PID namespace's), `tgid` its process's (0 where the
     kernel's record is older than version 12 and does not say); `last` marks the last task
@@ -110,6 +113,7 @@ class ExitRecord:
     utime_us: int
     stime_us: int
     major_faults: int
+    waited_ns: int = 0
 
     @property
     def start_ns(self) -> int:
@@ -121,7 +125,7 @@ class ExitRecord:
         return self.received_ns - self.group_lived_ns
 
 
-def pack_stats(data: bytes, received_ns: int) -> bytes | None:
+def pack_stats(data: bytes, received_ns: int, waited_ns: int = 0) -> bytes | None:
     """A `struct taskstats` as the listener holds it (`PACKED_BYTES`), or None where it is
     too short to be one."""
     if len(data) < _MIN_BYTES:
@@ -137,7 +141,7 @@ def pack_stats(data: bytes, received_ns: int) -> bytes | None:
         pid, tgid, ppid, bool(flag & AGROUP), data[80:96], received_ns,
         lived_us * 1000, group_lived_us * 1000,
         _RUN.unpack_from(data, 72)[0], _DELAY.unpack_from(data, 24)[0],
-        voluntary, nonvoluntary, read_bytes, write_bytes, utime, stime, majflt,
+        voluntary, nonvoluntary, read_bytes, write_bytes, utime, stime, majflt, waited_ns,
     )  # fmt: skip
 
 
@@ -147,9 +151,9 @@ def _record(fields: tuple) -> ExitRecord:
     return ExitRecord(pid, tgid, ppid, last, name, *counters)
 
 
-def parse_stats(data: bytes, received_ns: int) -> ExitRecord | None:
+def parse_stats(data: bytes, received_ns: int, waited_ns: int = 0) -> ExitRecord | None:
     """A `struct taskstats` as an `ExitRecord`, or None where it is too short to be one."""
-    packed = pack_stats(data, received_ns)
+    packed = pack_stats(data, received_ns, waited_ns)
     return None if packed is None else _record(_PACKED.unpack(packed))
 
 
@@ -201,6 +205,8 @@ def parse_messages(
         if length < 16 or offset + length > len(data):
             break
         if kind == NLMSG_ERROR:
+            if length < 20:  # no error code: not a message the kernel sends
+                break
             error = -struct.unpack_from("=i", data, offset + 16)[0]
         elif kind != NLMSG_DONE:
             for top, value in attributes(data[offset + 20 : offset + length]):
@@ -263,8 +269,10 @@ class ExitListener:
         self.overflows = 0
         self.dropped = 0  # past MAX_QUEUED, between two passes
         self.received = 0
+        self.malformed = 0  # datagrams that could not be read
         self._queue = bytearray()  # packed records (`pack_stats`), in the order they came
         self._lock = threading.Lock()
+        self._registered_at = clock()
         self._socket = self._register() if sock is None else sock  # given: registered
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
@@ -282,13 +290,21 @@ class ExitListener:
         while time.monotonic() < deadline:
             with self._lock:
                 came = ExitRecords(self._queue)
-                if any(record.pid == child for record in came):
+                proof = next((record for record in came if record.pid == child), None)
+                if proof is not None:
                     self._queue = bytearray().join(
                         self._queue[i * PACKED_BYTES : (i + 1) * PACKED_BYTES]
                         for i, record in enumerate(came)
                         if record.pid != child
                     )
-                    return self
+            if proof is not None:
+                if proof.tgid == 0:  # before version 12: no process named, no last task
+                    self.close()
+                    raise ExitsUnavailable(
+                        "the kernel's exit records are older than version 12 (kernels before "
+                        "2022): they name no task's process, which closing its interval needs"
+                    )
+                return self
             time.sleep(0.01)
         self.close()
         raise ExitsUnavailable(
@@ -330,7 +346,7 @@ class ExitListener:
             self._queue += b"".join(self._acknowledged(sock, "registering for exit records"))
             if not with_force:
                 log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
-            sock.settimeout(_WAKE_SECONDS)  # so that `close` stops the thread
+            sock.settimeout(0.0)  # the listener's reads do not block (`_listen`)
             return sock
         except ExitsUnavailable:
             sock.close()
@@ -362,7 +378,12 @@ class ExitListener:
         came: list[bytes] = []
         while True:
             data = sock.recv(1 << 20)
-            records, error = parse_messages(data, self.clock(), pack_stats)
+            now = self.clock()
+
+            def packed(stats: bytes, received_ns: int, now: int = now) -> bytes | None:
+                return pack_stats(stats, received_ns, now - self._registered_at)
+
+            records, error = parse_messages(data, now, packed)
             came += records
             if error is not None:
                 break
@@ -378,14 +399,22 @@ class ExitListener:
         return came
 
     def _listen(self) -> None:
+        """Take records off the socket as they come. Each is stamped with the clock when it
+        was read, and with how long it may have waited: since the last read that found the
+        socket empty (the clock taken before that read), so never less than it did."""
         sock, clock = self._socket, self.clock
+        sock.settimeout(0.0)
         buffer = bytearray(1 << 20)
+        empty_at = self._registered_at  # the socket was made empty
         while True:
+            tried_at = clock()
             try:
                 size = sock.recv_into(buffer)
-            except TimeoutError:
+            except (BlockingIOError, TimeoutError):  # empty since `tried_at` at least
+                empty_at = tried_at
                 if self._closed.is_set():
                     return
+                self._wait()
                 continue
             except OSError as error:
                 if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
@@ -397,7 +426,19 @@ class ExitListener:
                 continue
             if not size:
                 continue
-            records, _ = parse_messages(bytes(buffer[:size]), clock(), pack_stats)
+            now = clock()
+            waited = now - empty_at
+
+            def packed(stats: bytes, received_ns: int, waited: int = waited) -> bytes | None:
+                return pack_stats(stats, received_ns, waited)
+
+            try:
+                records, _ = parse_messages(bytes(buffer[:size]), now, packed)
+            except Exception:  # a datagram no kernel sends: the thread lives on
+                self.malformed += 1
+                if self.malformed == 1:
+                    log.warning("exit records: a message could not be read", exc_info=True)
+                continue
             if not records:
                 continue
             with self._lock:
@@ -406,6 +447,13 @@ class ExitListener:
                 queue += b"".join(kept)
                 self.received += len(records)
                 self.dropped += len(records) - len(kept)
+
+    def _wait(self) -> None:
+        """Until the socket has something to read, or `_WAKE_SECONDS`."""
+        try:
+            select.select([self._socket], [], [], _WAKE_SECONDS)
+        except (OSError, TypeError, ValueError):  # closed meanwhile, or no descriptor
+            time.sleep(0.01)
 
     def drain(self) -> ExitRecords:
         """The records received since the last drain, in the order they came."""

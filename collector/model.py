@@ -287,10 +287,12 @@ class CpuSet(NamedTuple):
     count: int
 
 
-EXIT_OUTCOMES = ("closed", "born", "counter_fell", "unmatched", "unplaced")
+EXIT_OUTCOMES = ("closed", "born", "read", "counter_fell", "unmatched", "late", "unplaced")
 """What an exit record came to: it closed the last interval of a task the cache held;
-counted whole a task born since the previous pass began listing; was refused, a counter
-below the cached one; matched no task the cache held and none born since (a task older
-than the collector's last pass, never read: its last interval stays lost); or, closed or
+counted whole a task born since the previous pass began listing; found the task read at or
+after its exit (a zombie: nothing left to close); was refused, a counter below the cached
+one; matched no task the cache held and none born since (a task older than the collector's
+last pass, never read: its last interval stays lost); may have waited in the socket longer
+than a start can be matched across (`START_TOLERANCE_NS`: closes nothing); or, closed or
 born, had no group a file could tell (its parent gone too): added to the node's own sums
-(the last is the engine's, `Engine._add_exits`)."""
+(the last is the engine's, `Engine._close_exits`)."""

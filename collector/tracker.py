@@ -74,9 +74,9 @@ class Closed:
 
 
 START_TOLERANCE_NS = 2 * 10**9
-"""How much later than its task's start an exit record's derived start may be: it is taken
-as the record's arrival less the time the task lived, so it is later by as long as the
-record waited for the listener (docs/reference.md §2, "Exits")."""
+"""The longest a record may have waited in the socket (`ExitRecord.waited_ns`, the
+listener's own bound) and still be matched to a task: its start is known to no better.
+One that may have waited longer closes nothing (`late`)."""
 
 
 _ThreadSums = tuple[int, int, int, int, int, int]
@@ -84,19 +84,27 @@ _ThreadSums = tuple[int, int, int, int, int, int]
 _NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
 
 
-def _started_as(start_ticks: int, start_ns: int, hz: int) -> bool:
+def _started_as(start_ticks: int, record: ExitRecord, of_group: bool, hz: int) -> bool:
     """Whether a task that started at `start_ticks` (clock ticks since boot, `/proc`'s,
-    rounded down) is the one an exit record says started at `start_ns`: the record's
-    arrival less the time the task lived (µs, rounded down), never before the task's
-    start, later by as long as the record waited for the listener. So: from the start
-    of that tick to START_TOLERANCE_NS after its end."""
+    rounded down) is the one an exit record says started at its `start_ns` (or its
+    process's, `of_group`): the record's arrival less the time the task lived (µs, rounded
+    down), never before the task's start, and later by as long as the record waited in the
+    socket, at most its `waited_ns`. So the task's start lies from `start_ns - waited_ns` to
+    `start_ns`, and that span must meet the tick `start_ticks` names."""
+    start_ns = record.group_start_ns if of_group else record.start_ns
     low = ticks_to_ns(start_ticks, hz)
-    return low <= start_ns < ticks_to_ns(start_ticks + 1, hz) + START_TOLERANCE_NS
+    return low <= start_ns and start_ns - record.waited_ns < ticks_to_ns(start_ticks + 1, hz)
+
+
+_READ = Fields()
+"""`_thread_delta`'s answer for a task read at or after its exit (a zombie): nothing left."""
 
 
 def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
-    """A thread's last interval: the record's final counters less its cached ones; None
-    where one fell."""
+    """A thread's last interval: the record's final counters less its cached ones; `_READ`
+    where every cached counter is at or past the record's (a pass read it after its exit,
+    as a zombie: its final schedule counts a switch and a few ns more); None where some
+    fell and some did not."""
     values = (
         record.on_cpu_ns - thread.on_cpu_ns,
         record.run_delay_ns - thread.run_delay_ns,
@@ -105,6 +113,8 @@ def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
         record.read_bytes - thread.read_bytes,
         record.write_bytes - thread.write_bytes,
     )
+    if max(values) <= 0:
+        return _READ
     if min(values) < 0:
         return None
     on_cpu, delay, voluntary, nonvoluntary, read, write = values
@@ -118,11 +128,12 @@ def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
     )
 
 
-def _whole(record: ExitRecord, with_process: bool) -> Fields:
-    """A task born since the previous pass, counted whole: its thread fields and, where its
-    process was born since too (`with_process`), its own user and system time and major
-    faults (the process's are the sum of its tasks'); that process counted, its life
-    observed, with its last task."""
+def _whole(record: ExitRecord, process_fields: _Pending | None) -> Fields:
+    """A task born since the previous pass, counted whole: its thread fields; and, where
+    its process was born since too and this is its last task (`process_fields`: the user
+    and system time and major faults of its tasks gone before, `Tracker._pending`), the
+    process's: those, its own, the process counted and its life observed (a process's
+    `stat` is the sum of its tasks')."""
     fields = Fields(
         on_cpu_nanos=record.on_cpu_ns,
         run_delay_nanos=record.run_delay_ns,
@@ -131,14 +142,26 @@ def _whole(record: ExitRecord, with_process: bool) -> Fields:
         read_bytes=record.read_bytes,
         write_bytes=record.write_bytes,
     )
-    if with_process:
-        fields.cpu_user_nanos = record.utime_us * 1000
-        fields.cpu_system_nanos = record.stime_us * 1000
-        fields.major_faults = record.major_faults
-        if record.last:
-            fields.processes = 1
-            fields.observed_nanos = record.group_lived_ns
+    if process_fields is not None:
+        fields.cpu_user_nanos = (record.utime_us + process_fields.utime_us) * 1000
+        fields.cpu_system_nanos = (record.stime_us + process_fields.stime_us) * 1000
+        fields.major_faults = record.major_faults + process_fields.major_faults
+        fields.processes = 1
+        fields.observed_nanos = record.group_lived_ns
     return fields
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What the tasks of a process born since the last pass that are gone add to its user
+    and system time and major faults, held until its last task's record (`_whole`) or a
+    pass's reading of the process, whose `stat` has them (then dropped)."""
+
+    group_start_ns: int
+    taken_at_pass: int
+    utime_us: int = 0
+    stime_us: int = 0
+    major_faults: int = 0
 
 
 def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bool:
@@ -206,6 +229,10 @@ class Tracker:
         # nothing), by PID: start ticks.
         self.keeps_replaced = False
         self._before: dict[int, ProcessReading] = {}
+        self._before_since: dict[int, _Instant] = {}  # the instants of those dropped
+        self._contributed: set[int] = set()  # PIDs the last pass took a delta of
+        self._pending: dict[int, _Pending] = {}  # by PID: processes born since, never read
+        self._passes = 0
         self._closed: dict[int, int] = {}
         self._interval_began_ns: int | None = None  # the last pass's interval's start
 
@@ -313,6 +340,10 @@ class Tracker:
             result.deltas.append(build(ProcessDelta, (reading, fields, born)))
             if thread_refusals:
                 result.threads_refused.update(thread_refusals)
+        if self.keeps_replaced:  # what this pass took a delta of (`close`: `processes`)
+            self._contributed = {delta.reading.pid for delta in result.deltas}
+            for kept in result.carried:
+                self._contributed.update(kept.readings)
         self._take(readings, carry, listed_at_ns)
         return result
 
@@ -345,43 +376,67 @@ class Tracker:
         result = Closed()
         previous = self._interval_began_ns
         cache, before, hz = self._cache, self._before, self.hz
+        indexes: dict[int, tuple[ProcessReading, dict[int, ThreadReading]]] = {}
+
+        def thread_of(reading: ProcessReading, tid: int) -> ThreadReading | None:
+            if len(reading.threads) <= 8:
+                return next((t for t in reading.threads if t.tid == tid), None)
+            kept = indexes.get(id(reading))  # the reading kept beside: its id stays its own
+            if kept is None:
+                kept = indexes[id(reading)] = (reading, {t.tid: t for t in reading.threads})
+            return kept[1].get(tid)
+
         for record in records:
+            if record.waited_ns > START_TOLERANCE_NS:  # its start too uncertain to match
+                result.outcomes["late"] += 1
+                continue
             tgid = record.tgid or record.pid
             # The process as this pass read it, and as the last one did where this pass
             # replaced or dropped that reading (a thread gone since is only there).
             # A reused PID's task began after the one held was read alive (`read_at`).
             read_at, process, held, thread, finalise = 0, None, False, None, False
-            for candidate in (cache.get(tgid), before.get(tgid)):
+            held_now = cache.get(tgid)
+            for candidate in (held_now, before.get(tgid)):
                 if candidate is None:
                     continue
-                if not _started_as(candidate.start_ticks, record.group_start_ns, hz):
+                if not _started_as(candidate.start_ticks, record, True, hz):
                     read_at = max(read_at, candidate.at_ns)
                     continue
                 if process is None:
-                    process, held = candidate, candidate is cache.get(tgid)
-                found = next((t for t in candidate.threads if t.tid == record.pid), None)
+                    process, held = candidate, candidate is held_now
+                found = thread_of(candidate, record.pid)
                 if found is None:
                     continue
-                if _started_as(found.start_ticks, record.start_ns, hz):
-                    thread, finalise = found, candidate is cache.get(tgid)
+                if _started_as(found.start_ticks, record, False, hz):
+                    thread, finalise = found, candidate is held_now
                     break
                 read_at = max(read_at, candidate.at_ns)
-            born = previous is not None and record.start_ns > max(previous, read_at)
+            # Born since the interval began, and, where the PID was another task's, since
+            # that task was read alive: at its earliest start, less the longest it waited.
+            born = previous is not None and record.start_ns - record.waited_ns > max(
+                previous, read_at
+            )
             if thread is not None:
                 fields = _thread_delta(thread, record)
                 if fields is None:
                     result.outcomes["counter_fell"] += 1
                     continue
+                if fields is _READ:  # a pass read it after its exit: nothing left
+                    if held and record.last:
+                        self._closed[tgid] = process.start_ticks
+                    result.outcomes["read"] += 1
+                    continue
             elif born:
-                fields = _whole(record, with_process=process is None)
+                fields = _whole(record, self._pending_of(record) if process is None else None)
             else:
                 result.outcomes["unmatched"] += 1
                 continue
             if process is not None and record.last:  # the process's last interval
-                since = self._since.get(tgid) if held else None
+                since = (self._since if held else self._before_since).get(tgid)
                 since_ns = process.at_ns if since is None else since.ns
-                fields.processes = 1
                 fields.observed_nanos = max(0, record.received_ns - since_ns)
+                # counted once an interval: not where this pass took a delta of it
+                fields.processes = 0 if held and tgid in self._contributed else 1
                 if held:
                     self._closed[tgid] = process.start_ticks
             if thread is not None and finalise:
@@ -393,6 +448,26 @@ class Tracker:
                 sink(delta)
             result.outcomes["closed" if thread is not None else "born"] += 1
         return result
+
+    def _pending_of(self, record: ExitRecord) -> _Pending | None:
+        """For a task of a process no pass read, born since: its process's fields where it
+        is the last task (those its gone tasks left, `_Pending`, with its own); else None,
+        its own held for the last one."""
+        tgid = record.tgid or record.pid
+        pending = self._pending.get(tgid)
+        if pending is not None and abs(pending.group_start_ns - record.group_start_ns) > (
+            START_TOLERANCE_NS
+        ):
+            pending = None  # another process's, under a PID since reused
+        if record.last:
+            self._pending.pop(tgid, None)
+            return pending or _Pending(record.group_start_ns, self._passes)
+        if pending is None:
+            pending = self._pending[tgid] = _Pending(record.group_start_ns, self._passes)
+        pending.utime_us += record.utime_us
+        pending.stime_us += record.stime_us
+        pending.major_faults += record.major_faults
+        return None
 
     def _finalise(self, process: ProcessReading, thread: ThreadReading, record: ExitRecord):
         """The cached thread takes the record's final counters: a read after it (a zombie)
@@ -417,7 +492,8 @@ class Tracker:
             since_of[pid] = instant
         alive = carry.alive
         before: dict[int, ProcessReading] = {}
-        keep = self.keeps_replaced
+        before_since: dict[int, _Instant] = {}
+        keep, pending = self.keeps_replaced, self._pending
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
@@ -425,13 +501,21 @@ class Tracker:
                 old = cache.get(pid)
                 if old is not None and old.threads is not reading.threads:
                     before[pid] = old
+                if pending:  # read: its stat has its gone tasks' times
+                    pending.pop(pid, None)
             cache[pid] = reading
             if pid in since_of:  # its instant is this reading's own from now on
                 del since_of[pid]
         for pid in cache.keys() - alive:  # not seen this pass: gone
             before[pid] = cache.pop(pid)
-            since_of.pop(pid, None)
-        self._before = before
+            instant = since_of.pop(pid, None)
+            if instant is not None:
+                before_since[pid] = instant
+        self._before, self._before_since = before, before_since
+        self._passes += 1
+        if pending:  # a process never read, whose last record never came: forgotten
+            for pid in [p for p, held in pending.items() if held.taken_at_pass < self._passes - 2]:
+                del pending[pid]
         if self._closed:
             self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
         self._blocks = carry.blocks

@@ -6,6 +6,7 @@ else, and no task is counted twice whichever of its record and the next pass com
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import time
@@ -27,8 +28,11 @@ from collector.exits import (
     parse_messages,
     parse_stats,
 )
+from collector.groups import UNPLACED
+from collector.model import Fields
 from collector.tracker import START_TOLERANCE_NS, Tracker
-from tests.test_tracker import HZ, SEC, TICK_NS, proc, thread
+from tests.fixturetree import FixtureRun
+from tests.test_tracker import HZ, SEC, TICK_NS, carry, proc, thread
 
 STATS_BYTES = 560  # version 16's size, on 6.18
 
@@ -74,7 +78,7 @@ def attribute(kind: int, value: bytes) -> bytes:
 
 
 def message(*attributes: bytes, kind: int = 23) -> bytes:
-    body = struct.pack("=BBH", 3, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
+    body = struct.pack("=BBH", 2, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
     return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
 
 
@@ -180,8 +184,10 @@ def test_an_error_message_says_its_code():
 START = 5_000  # ticks: 50 s since boot
 
 
-def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, **counters):
-    """An exit record received at `at` (ns) of a task that lived `lived` ns."""
+def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, waited=0,
+           **counters):  # fmt: skip
+    """An exit record received at `at` (ns) of a task that lived `lived` ns, after waiting
+    at most `waited` ns in the socket."""
     stats = taskstats(
         pid,
         tgid,
@@ -191,7 +197,7 @@ def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, **
         group_lived_us=(group_lived if group_lived is not None else lived) // 1000,
         **counters,
     )
-    found = parse_stats(stats, at)
+    found = parse_stats(stats, at, waited)
     assert found is not None
     return found
 
@@ -207,8 +213,9 @@ def two_passes(*first: object, second=()) -> Tracker:
 
 def test_a_record_closes_the_last_interval_of_the_process_the_cache_holds():
     """A one-thread process read at 200 s exits at 230 s: its thread's counters less the
-    cached ones, its process counted, observed to the exit; its user and system time not
-    (the record's are raw, `/proc`'s adjusted)."""
+    cached ones, observed to the exit, and not counted as a process again (the pass that
+    read it counted it in this interval); its user and system time not (the record's are
+    raw, `/proc`'s adjusted)."""
     threads = [thread(10, START, cpu=3 * SEC, delay=SEC)]
     read = proc(10, START, at=200 * SEC, user=5, threads=threads)
     tracker = two_passes(read, second=[read])
@@ -224,7 +231,7 @@ def test_a_record_closes_the_last_interval_of_the_process_the_cache_holds():
         SEC, 2 * SEC, 9,
     )  # fmt: skip
     assert fields.read_bytes == 4096 and fields.cpu_user_nanos == 0
-    assert (fields.processes, fields.observed_nanos) == (1, 30 * SEC)
+    assert (fields.processes, fields.observed_nanos) == (0, 30 * SEC)
 
 
 def test_no_task_is_counted_twice_whichever_of_its_record_and_a_read_comes_first():
@@ -243,9 +250,24 @@ def test_no_task_is_counted_twice_whichever_of_its_record_and_a_read_comes_first
     tracker = two_passes(alive, second=[alive])
     read = tracker.advance([zombie], 300 * SEC)
     assert [d.fields.on_cpu_nanos for d in read.deltas] == [SEC]
-    (after,) = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
-                                     on_cpu=4 * SEC)]).deltas  # fmt: skip
-    assert after.fields.on_cpu_nanos == 0
+    after = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
+                                  on_cpu=4 * SEC)])  # fmt: skip
+    assert after.deltas == [] and after.outcomes == {"read": 1}
+    # and no later pass counts the zombie again
+    assert tracker.advance([zombie], 400 * SEC).deltas == []
+
+
+def test_a_zombie_read_past_its_record_is_read_not_a_counter_that_fell():
+    """The kernel's last schedule of an exiting task comes after its record: a zombie read
+    by a pass has a switch and some ns more than its record. Nothing is left to close, and
+    nothing fell: `read`, never `counter_fell`."""
+    alive = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    zombie = proc(10, START, at=300 * SEC, threads=[thread(10, START, cpu=4 * SEC + 5000)])
+    tracker = two_passes(alive, second=[alive])
+    tracker.advance([zombie], 300 * SEC)
+    closed = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
+                                   on_cpu=4 * SEC)])  # fmt: skip
+    assert closed.deltas == [] and closed.outcomes == {"read": 1}
 
 
 def test_a_task_gone_before_the_pass_read_it_is_closed_against_its_last_reading():
@@ -257,7 +279,7 @@ def test_a_task_gone_before_the_pass_read_it_is_closed_against_its_last_reading(
     closed = tracker.close([record(10, at=150 * SEC, lived=100 * SEC, on_cpu=5 * SEC)])
     (delta,) = closed.deltas
     assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == 2 * SEC
-    assert delta.fields.observed_nanos == 50 * SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (1, 50 * SEC)
 
 
 def test_a_thread_of_a_live_process_closes_its_own_interval_only():
@@ -349,15 +371,18 @@ def test_a_reused_pid_is_not_the_task_the_cache_holds():
     assert tracker._cache[10].threads[0].on_cpu_ns == 3 * SEC
 
 
-def test_a_record_late_past_the_tolerance_is_not_taken_for_a_birth():
-    """The held task's own record, waited 3 s: its start no longer matches, and it began
-    before the held task was read alive, so it is no reused PID's newborn either: it closes
-    nothing rather than count the task whole a second time."""
-    threads = [thread(10, 170 * SEC // TICK_NS, cpu=3 * SEC)]
-    read = proc(10, 170 * SEC // TICK_NS, at=200 * SEC, threads=threads)
+@pytest.mark.parametrize(("waited", "outcome"), [(1_500_000_000, "closed"), (3 * SEC, "late")])
+def test_a_record_that_may_have_waited_past_the_tolerance_closes_nothing(waited, outcome):
+    """The held task's own record, 1.5 s or 3 s late, as long as the listener says it may
+    have waited: within START_TOLERANCE_NS it is matched; past it, it closes nothing
+    (`late`) rather than be taken for another task's, or for a birth."""
+    assert 1_500_000_000 < START_TOLERANCE_NS < 3 * SEC
+    start = 170 * SEC // TICK_NS
+    read = proc(10, start, at=200 * SEC, threads=[thread(10, start, cpu=3 * SEC)])
     tracker = two_passes(read, second=[read])
-    closed = tracker.close([record(10, at=213 * SEC, lived=40 * SEC, on_cpu=4 * SEC)])
-    assert closed.outcomes == {"unmatched": 1} and closed.deltas == []
+    closed = tracker.close([record(10, at=210 * SEC + waited, lived=40 * SEC, waited=waited,
+                                   on_cpu=4 * SEC)])  # fmt: skip
+    assert closed.outcomes == {outcome: 1}
 
 
 def test_a_counter_below_the_cached_one_closes_nothing():
@@ -370,22 +395,296 @@ def test_a_counter_below_the_cached_one_closes_nothing():
 
 
 @pytest.mark.parametrize(
-    ("late", "matched"),
+    ("late", "waited", "matched"),
     [
-        (0, True),
-        (TICK_NS - 1000, True),  # within the tick the start was rounded down to
-        (TICK_NS - 1000 + START_TOLERANCE_NS, True),  # and the record waited as long as allowed
-        (TICK_NS + START_TOLERANCE_NS, False),  # longer: another task's
-        (-1000, False),  # a µs before the task began: not this task
+        (0, 0, True),
+        (TICK_NS - 1000, 0, True),  # within the tick the start was rounded down to
+        (TICK_NS, 0, False),  # the next tick: another task's
+        (TICK_NS + SEC, SEC + 1000, True),  # a second late, and it may have waited that long
+        (TICK_NS + SEC, SEC, False),  # a second late, and it waited less: another task's
+        (-1000, 0, False),  # a µs before the task began: not this task
     ],
 )
-def test_a_record_matches_its_task_to_the_tick_and_the_listeners_delay(late, matched):
+def test_a_record_matches_its_task_to_the_tick_and_the_time_it_may_have_waited(
+    late, waited, matched
+):
     """A record's start is its arrival less the time it lived (µs, rounded down): never
-    before the task's start, later by the listener's delay, up to START_TOLERANCE_NS;
-    `/proc`'s start is rounded down to the tick (10 ms), so a record's may lie up to a tick
-    and that delay after it."""
+    before the task's start, later by as long as it waited in the socket, which the
+    listener bounds (`waited_ns`); `/proc`'s start is rounded down to the tick (10 ms). The
+    task's start must lie in both."""
     read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
     tracker = two_passes(read, second=[read])
     start = START * TICK_NS + late
-    closed = tracker.close([record(10, at=210 * SEC, lived=210 * SEC - start, on_cpu=2 * SEC)])
+    closed = tracker.close(
+        [record(10, at=210 * SEC, lived=210 * SEC - start, waited=waited, on_cpu=2 * SEC)]
+    )
     assert (closed.outcomes.get("closed", 0) == 1) is matched
+
+
+# -- what the review of the guard found: each case a test -------------------------------------
+
+
+def test_a_carried_process_gone_is_observed_from_its_carried_instant():
+    """Read at 200 s, carried at 300 s (its cgroup did not run: observed to 300 s then),
+    gone at 400 s, its record at 350 s: observed from 300 s, not again from 200 s."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    p100 = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=SEC)])
+    p200 = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=2 * SEC)])
+    tracker.advance([p100], 100 * SEC)
+    tracker.advance([p200], 200 * SEC)
+    tracker.advance([], 300 * SEC, carry(p200), carried_at_ns=300 * SEC)
+    tracker.advance([], 400 * SEC)
+    closed = tracker.close([record(10, at=350 * SEC, lived=350 * SEC - START * TICK_NS,
+                                   on_cpu=3 * SEC)])  # fmt: skip
+    assert closed.deltas[0].fields.observed_nanos == 50 * SEC
+
+
+def test_a_late_record_of_a_task_read_just_after_its_start_is_not_a_birth():
+    """Started half a second before the pass read it (counted whole by the birth rule), its
+    record may have waited 1.5 s: its start matches the held task's, whose interval it
+    closes, and it does not pass for a reused PID's newborn, counted whole again."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    start = int(199.5 * SEC) // TICK_NS
+    tracker.advance([], 100 * SEC)
+    tracker.advance([proc(10, start, at=200 * SEC, threads=[thread(10, start, cpu=SEC // 2)])],
+                    200 * SEC)  # fmt: skip
+    closed = tracker.close([record(10, at=202_500_000_000, lived=int(1.5 * SEC),
+                                   waited=int(1.5 * SEC), on_cpu=SEC)])  # fmt: skip
+    assert closed.outcomes == {"closed": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == SEC // 2
+
+
+def test_a_new_process_whose_threads_exit_before_it_is_read_has_their_time_once():
+    """A process born just after a pass listed `/proc` (200 s): a worker thread exits
+    before any pass reads the process. Its thread fields count with its record; its user
+    time does not, since the pass that reads the process takes its `stat`, which has the
+    thread's, whole (the birth rule)."""
+    tracker = two_passes(second=[])
+    worker = record(91, 90, at=201 * SEC, lived=SEC // 2, group_lived=SEC // 2 + SEC // 10,
+                    last=False, on_cpu=SEC // 4, utime_us=250_000)  # fmt: skip
+    (delta,) = tracker.close([worker]).deltas
+    assert (delta.fields.on_cpu_nanos, delta.fields.cpu_user_nanos) == (SEC // 4, 0)
+    assert delta.fields.processes == 0
+    start = 200_400_000_000 // TICK_NS
+    read = tracker.advance([proc(90, start, at=300 * SEC, user=30,
+                                 threads=[thread(90, start, cpu=SEC)])], 300 * SEC)  # fmt: skip
+    assert [d.fields.cpu_user_nanos for d in read.deltas] == [30 * TICK_NS]  # whole, once
+    assert tracker._pending == {}
+
+
+def test_a_new_process_gone_before_any_pass_has_its_tasks_times_and_one_life():
+    """A process born and gone between two passes, two tasks: one process, its life
+    observed, its user and system time the sum of its tasks'."""
+    tracker = two_passes(second=[])
+    leader = record(90, 90, at=180 * SEC, lived=30 * 10**6, group_lived=30 * 10**6, last=False,
+                    on_cpu=10**6, utime_us=1000, stime_us=10)  # fmt: skip
+    worker = record(91, 90, at=181 * SEC, lived=5 * 10**6, group_lived=1030 * 10**6,
+                    last=True, on_cpu=10**6, utime_us=2000, stime_us=20, majflt=1)  # fmt: skip
+    closed = tracker.close([leader, worker])
+    total = Fields()
+    for delta in closed.deltas:
+        total.add(delta.fields)
+    assert (total.processes, total.observed_nanos) == (1, 1030 * 10**6)
+    assert (total.cpu_user_nanos, total.cpu_system_nanos) == (3_000_000, 30_000)
+    assert (total.on_cpu_nanos, total.major_faults) == (2 * 10**6, 1)
+
+
+def test_a_leader_gone_before_its_threads_adds_nothing_more_when_read_again():
+    """The leader thread exits (its record closes it); the process lives on in its other
+    thread, and the next pass reads the leader's last counters again: nothing more."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = two_passes(proc(10, START, at=200 * SEC, threads=both),
+                         second=[proc(10, START, at=200 * SEC, threads=both)])  # fmt: skip
+    closed = tracker.close([record(10, 10, at=210 * SEC, lived=210 * SEC - START * TICK_NS,
+                                   last=False, on_cpu=3 * SEC, delay=SEC)])  # fmt: skip
+    assert closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
+    later = tracker.advance([proc(10, START, at=300 * SEC, threads=[
+        thread(10, START, cpu=3 * SEC, delay=SEC), thread(11, START + 10, cpu=SEC)])],
+        300 * SEC)  # fmt: skip
+    (delta,) = later.deltas
+    assert (delta.fields.on_cpu_nanos, delta.fields.run_delay_nanos) == (0, 0)
+
+
+def test_a_reused_pid_after_a_closed_process_is_counted():
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = two_passes(read, second=[read])
+    tracker.close([record(10, at=210 * SEC, lived=210 * SEC - START * TICK_NS, on_cpu=2 * SEC)])
+    new_start = 250 * SEC // TICK_NS
+    reused = proc(10, new_start, at=300 * SEC, threads=[thread(10, new_start, cpu=SEC)])
+    later = tracker.advance([reused], 300 * SEC)
+    assert [d.born for d in later.deltas] == [True]
+
+
+def test_the_last_task_is_the_kernels_agroup_bit_and_tgid_comes_from_version_12():
+    stats = bytearray(taskstats(42, 40, version=12, last=False))
+    stats[8] = 0x20  # include/uapi/linux/acct.h: AGROUP
+    got = parse_stats(bytes(stats), 0)
+    assert got is not None and got.last and got.tgid == 40
+
+
+def test_attributes_and_messages_are_taken_at_four_byte_boundaries():
+    inner = (attribute(7, b"abc") + attribute(TASKSTATS_TYPE_PID, struct.pack("=I", 42))
+             + attribute(TASKSTATS_TYPE_STATS, taskstats(42)))  # fmt: skip
+    exit42 = message(attribute(TASKSTATS_TYPE_AGGR_PID, inner))
+    noop = struct.pack("=IHHII", 17, 1, 0, 0, 0) + b"x" + b"\0" * 3  # NLMSG_NOOP, padded
+    assert [r.pid for r in parse_messages(noop + exit42, 0)[0]] == [42]
+
+
+class Overflowing:
+    """A socket whose first two reads overflow, then gives one record."""
+
+    def __init__(self, then: bytes):
+        self.calls, self.then = 0, then
+
+    def recv_into(self, buffer):
+        self.calls += 1
+        if self.calls <= 2:
+            raise OSError(errno.ENOBUFS, "No buffer space available")
+        if self.calls == 3:
+            buffer[: len(self.then)] = self.then
+            return len(self.then)
+        time.sleep(0.01)
+        raise TimeoutError
+
+    def settimeout(self, seconds):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_an_overflow_is_counted_and_listening_goes_on():
+    sock = Overflowing(exit_message(taskstats(300, lived_us=1000), 300))
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=sock).listen()
+    try:
+        deadline = time.monotonic() + 5
+        while listener.received < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert listener.overflows == 2 and [r.pid for r in listener.drain()] == [300]
+    finally:
+        listener.close()
+
+
+def test_a_message_no_kernel_sends_is_counted_and_listening_goes_on():
+    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.settimeout(0.05)
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    try:
+        kernel.send(struct.pack("=IHHII", 16, 2, 0, 0, 0))  # NLMSG_ERROR with no code
+        kernel.send(exit_message(taskstats(301, lived_us=1000), 301))
+        deadline = time.monotonic() + 5
+        while listener.received < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [r.pid for r in listener.drain()] == [301]
+        assert listener._thread.is_alive()
+    finally:
+        listener.close()
+        kernel.close()
+
+
+# -- the engine: each record into its group -----------------------------------------------------
+
+
+class QueuedListener:
+    """A listener whose records are the ones a test queues."""
+
+    overflows = dropped = 0
+
+    def __init__(self):
+        self.queue: list[bytes] = []
+
+    def drain(self) -> ExitRecords:
+        queue, self.queue = self.queue, []
+        return ExitRecords(b"".join(queue))
+
+
+def engine_after_a_pass(pods_only: bool = False, unplace: bytes | None = None):
+    """The fixture node's engine (tests/fixturetree.py), listening, after its first pass;
+    with `unplace`, processes whose cgroup file holds it are in no group a file tells."""
+    run = FixtureRun(pods_only=pods_only)
+    engine = run.engine
+    engine.exits = QueuedListener()
+    engine.tracker.keeps_replaced = True
+    if unplace is not None:
+        real = engine.grouper.group_of
+        engine.grouper.group_of = lambda text: UNPLACED if unplace in text else real(text)
+    engine.run_pass()
+    run.sleep(10)
+    return engine
+
+
+def born_record(ppid: int, on_cpu: int, pid: int = 60000) -> bytes:
+    """A task born and gone between the fixture's two passes, packed as the listener holds it."""
+    return pack_stats(taskstats(pid, pid, ppid=ppid, lived_us=1000, on_cpu=on_cpu),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_task_born_and_gone_counts_in_its_parents_group():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(200, 7_000_001))  # 200: a pod's process
+    result = engine.run_pass()
+    pod = engine._group_of_pid[200]
+    assert result.intervals[pod].on_cpu_nanos >= 7_000_001
+    assert result.exits == {"born": 1}
+
+
+def test_pods_only_leaves_a_non_pod_parents_child_out_and_a_pods_in():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue += [born_record(100, 7_000_001, 60000), born_record(300, 5_000_003, 60001)]
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 0
+    assert sum(f.on_cpu_nanos for f in result.intervals.values()) % 10 == 3  # the pod's only
+
+
+@pytest.mark.parametrize("pods_only", [False, True])
+def test_a_child_of_an_unplaced_parent_is_counted_unplaced_not_dropped(pods_only):
+    engine = engine_after_a_pass(pods_only=pods_only, unplace=b"odd.service")
+    engine.exits.queue.append(born_record(100, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000
+    assert result.exits == {"born": 1, "unplaced": 1}
+
+
+def held_100_record(ppid: int = 200) -> bytes:
+    """Process 100 of the fixture (started at 500 ticks, odd.service): its last record."""
+    lived_us = (1010 * SEC + SEC // 2 - 500 * TICK_NS) // 1000
+    return pack_stats(taskstats(100, 100, ppid=ppid, lived_us=lived_us, on_cpu=3_000_777,
+                                delay=15000, vol=13, invol=2, wr=4096),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_held_process_closes_in_its_own_group_not_its_parents():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    odd, pod = engine._group_of_pid[100], engine._group_of_pid[200]
+    assert result.exits == {"closed": 1}
+    assert result.intervals[odd].on_cpu_nanos % 1000 == 777
+    assert result.intervals[pod].on_cpu_nanos % 1000 != 777
+
+
+def test_pods_only_drops_a_held_non_pod_processs_record_without_calling_it_unplaced():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    assert result.exits == {"closed": 1} and result.exits_unplaced.on_cpu_nanos == 0
+
+
+def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_group():
+    """600 was read by the first pass (the cart pod) and is gone from the second's /proc."""
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(600, 7_000_001))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1} and result.exits_unplaced.on_cpu_nanos == 0
+    cart = engine._group_of_pid[200]
+    assert result.intervals[cart].on_cpu_nanos % 10 == 1
+
+
+def test_a_child_of_an_unknown_parent_is_unplaced():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(99999, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1, "unplaced": 1}
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000

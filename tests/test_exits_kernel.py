@@ -201,7 +201,13 @@ def test_a_reused_pid_is_another_task(pod):  # noqa: F811 (the fixture)
             parent.kill()
             parent.wait()
         close(engine)
-    deltas = [d for closed in closes for d in closed.deltas if d.record.pid == first.pid]
+    ours = (os.getpid(), parent.pid)  # the parents of the two: not another task of that TID
+    deltas = [
+        d
+        for closed in closes
+        for d in closed.deltas
+        if d.record.pid == d.record.tgid == first.pid and d.record.ppid in ours
+    ]
     print(f"\nPID {first.pid} twice: {[(d.process is not None, d.fields) for d in deltas]}")
     held, born = sorted(deltas, key=lambda d: d.process is None)
     assert held.process is not None and held.process.start_ticks == first_start
