@@ -192,6 +192,7 @@ class Engine:
                 readings.listed_at_ns,
                 readings.carried,
                 readings.carried_at_ns,
+                readings.read_until_ns,
             )
             grouped = group_pass(
                 advance.deltas,

@@ -86,6 +86,9 @@ class PassReadings:
     # (collector/aggregate.py sums them by block).
     carried: tuple[Carried, ...] = ()
     carried_at_ns: int | None = None
+    # When every process listed was read and its tasks listed (a task missing from the
+    # readings had exited by then: the exit records' guard, collector/tracker.py).
+    read_until_ns: int | None = None
 
     @property
     def carried_by_cgroup(self) -> int:
@@ -149,8 +152,10 @@ def collect(
     listed_at_ns: int,
     listed: Iterable[tuple[int, int]],
     read: Callable[[int, int], ProcessReading],
+    clock: Callable[[], int] | None = None,
 ) -> PassReadings:
-    """Read each listed (pid, inode) with `read`, counting what could not be read."""
+    """Read each listed (pid, inode) with `read`, counting what could not be read; the
+    pass read until `clock()` once every one was."""
     readings: list[ProcessReading] = []
     footprints: list[Footprint] = []
     vanished = unreadable = denied = 0
@@ -174,7 +179,13 @@ def collect(
             build(Footprint, (pid, reading.cgroup, len(reading.threads), reading.rss_bytes))
         )
     return PassReadings(
-        listed_at_ns, tuple(readings), tuple(footprints), vanished, unreadable, denied
+        listed_at_ns,
+        tuple(readings),
+        tuple(footprints),
+        vanished,
+        unreadable,
+        denied,
+        read_until_ns=None if clock is None else clock(),
     )
 
 
@@ -190,7 +201,9 @@ class PlainReader:
         """Every process listed now (`quiet` is accepted, as the engine passes it, and
         ignored: this reader reads everything)."""
         listed_at = self.clock()
-        return collect(listed_at, self.procfs.processes(), lambda pid, _: self.read_process(pid))
+        return collect(
+            listed_at, self.procfs.processes(), lambda pid, _: self.read_process(pid), self.clock
+        )
 
     def read_process(self, pid: int) -> ProcessReading:
         return read_process(self.procfs, pid, self.clock, self.page_size)

@@ -301,7 +301,7 @@ class Reader:
             listed = self._carry_blocks(listed, present, quiet, blocks)
         self._blocks = blocks
         carried_at = self.clock() if blocks else None
-        readings = collect(listed_at, listed, read)
+        readings = collect(listed_at, listed, read, self.clock)
         if not blocks:
             return readings
         carried = tuple(block.carried for block in blocks.values())

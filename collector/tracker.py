@@ -7,7 +7,7 @@ so the cache is bounded by the process table.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import is_
@@ -78,6 +78,22 @@ START_TOLERANCE_NS = 2 * 10**9
 listener's own bound) and still be matched to a task: its start is known to no better.
 One that may have waited longer closes nothing (`late`)."""
 
+MAX_KEPT_PASSES = 16
+"""At most this many passes' gone tasks are kept for their records (`Tracker.close`): at
+the default interval two are, to cover START_TOLERANCE_NS; a shorter interval keeps
+more, up to this."""
+
+
+class _LeftBehind(NamedTuple):
+    """What one pass replaced or dropped that an exit record may still close (`_take`):
+    the last readings of processes gone, or of live ones that lost a task since, with the
+    instants of those carried, and when the pass had read every process (a task missing
+    from its readings had exited by then)."""
+
+    read_until_ns: int
+    readings: dict[int, ProcessReading]
+    since: dict[int, _Instant]
+
 
 _ThreadSums = tuple[int, int, int, int, int, int]
 """Σ over a process's threads: on-CPU, run delay, (non)voluntary switches, read, write."""
@@ -100,11 +116,12 @@ _READ = Fields()
 """`_thread_delta`'s answer for a task read at or after its exit (a zombie): nothing left."""
 
 
-def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
+def _thread_delta(thread: ThreadReading, record: ExitRecord, read_alive: bool) -> Fields | None:
     """A thread's last interval: the record's final counters less its cached ones; `_READ`
     where every cached counter is at or past the record's (a pass read it after its exit,
-    as a zombie: its final schedule counts a switch and a few ns more); None where some
-    fell and some did not."""
+    as a zombie: its final schedule counts a switch and a few ns more), but for a task
+    `read_alive` (before its exit) that did not move since (a sleeper killed): its last
+    interval is nothing; None where some fell and some did not."""
     values = (
         record.on_cpu_ns - thread.on_cpu_ns,
         record.run_delay_ns - thread.run_delay_ns,
@@ -114,7 +131,7 @@ def _thread_delta(thread: ThreadReading, record: ExitRecord) -> Fields | None:
         record.write_bytes - thread.write_bytes,
     )
     if max(values) <= 0:
-        return _READ
+        return Fields() if read_alive and min(values) == 0 else _READ
     if min(values) < 0:
         return None
     on_cpu, delay, voluntary, nonvoluntary, read, write = values
@@ -222,19 +239,19 @@ class Tracker:
         self._since: dict[int, _Instant] = {}
         self._blocks: dict[bytes, _Kept] = {}  # last pass's carried blocks, by cgroup
         self._previous_listing_ns: int | None = None
-        # Exit records (`close`): the readings the last pass replaced or dropped (a task
-        # gone before it was read, whose record comes after: with `keeps_replaced`, those
-        # it replaced too, for the threads gone from a live process), and the processes
-        # whose last task's record closed their interval (a zombie read after it adds
-        # nothing), by PID: start ticks.
+        # Exit records (`close`): the readings the last passes dropped or, with
+        # `keeps_replaced`, replaced where a task was gone from the new one (a task gone
+        # before it was read, whose record comes after), newest last, and the end of the
+        # latest pass whose are no longer kept (a task that started before it may have
+        # been read); the processes whose last task's record closed their interval (a
+        # zombie read after it adds nothing), by PID: start ticks.
         self.keeps_replaced = False
-        self._before: dict[int, ProcessReading] = {}
-        self._before_since: dict[int, _Instant] = {}  # the instants of those dropped
+        self._left: deque[_LeftBehind] = deque()
+        self._forgotten_ns: int | None = None
         self._contributed: set[int] = set()  # PIDs the last pass took a delta of
         self._pending: dict[int, _Pending] = {}  # by PID: processes born since, never read
         self._passes = 0
         self._closed: dict[int, int] = {}
-        self._interval_began_ns: int | None = None  # the last pass's interval's start
 
     @property
     def previous_listing_ns(self) -> int | None:
@@ -263,8 +280,12 @@ class Tracker:
         listed_at_ns: int,
         carried: Iterable[Carried] = (),
         carried_at_ns: int | None = None,
+        read_until_ns: int | None = None,
     ) -> Advance:
-        """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`.
+        """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`;
+        `read_until_ns`, when it had read every process and listed their tasks (a task
+        missing from its readings had exited by then: `close`), by default the latest
+        instant among its listing, its readings and `carried_at_ns`.
 
         `carried`: the blocks the reader carried over (`PassReadings.carried`): last
         pass's very readings, which stand for `carried_at_ns`. Each gives one
@@ -293,19 +314,25 @@ class Tracker:
             readings = [*readings, *others]
         cache, since_of = self._cache, self._since
         closed = self._closed
+        # with `keeps_replaced`: the PIDs whose cached reading has a task this one lacks
+        lost: set[int] | None = set() if self.keeps_replaced else None
         for reading in readings:
             pid = reading.pid
             old = cache.get(pid)
             instant = since_of.get(pid)
             same_process = old is not None and old.start_ticks == reading.start_ticks
             if closed and closed.get(pid) == reading.start_ticks:
+                if lost is not None and old is not None:
+                    lost.add(pid)
                 continue  # a zombie whose exit record closed its last interval: nothing new
             if same_process and reading.threads is old.threads:
                 # The reader's very readings of last pass (a quiet process): zero deltas.
                 thread_sums, thread_refusals = _NO_THREAD_DELTA, None
             else:
                 old_threads = old.threads if same_process else ()
-                thread_sums, thread_refusals = self._guard_threads(reading, old_threads)
+                thread_sums, thread_refusals, matched = self._guard_threads(reading, old_threads)
+                if lost is not None and old is not None and matched < len(old.threads):
+                    lost.add(pid)
 
             if old is not None and same_process:
                 since_ns = old.at_ns if instant is None else instant.ns
@@ -344,7 +371,11 @@ class Tracker:
             self._contributed = {delta.reading.pid for delta in result.deltas}
             for kept in result.carried:
                 self._contributed.update(kept.readings)
-        self._take(readings, carry, listed_at_ns)
+        if read_until_ns is None:
+            read_until_ns = max(
+                [listed_at_ns, carried_at_ns or 0, *(reading.at_ns for reading in readings)]
+            )
+        self._take(readings, carry, listed_at_ns, read_until_ns, lost)
         return result
 
     def close(
@@ -355,11 +386,12 @@ class Tracker:
         """Close tasks' last intervals with their exit records (docs/reference.md §2), once
         a pass is taken (`advance`), with the records received since the last was: a record
         closes the interval of the task the cache holds (read alive by the pass, or a zombie)
-        or the pass dropped (gone before it was read), the same guard as a reading's: only
-        where its start is that task's (`_started_as`), and not where a counter fell; a
-        task not held, born since the pass before began listing (its interval's start)
-        and, where its PID was another task's, since that task was read alive, counts
-        whole; any other record closes nothing.
+        or a pass dropped or replaced (gone before it was read: what the last passes left
+        is kept while a record may come for it, `_keep_left`), the same guard as a
+        reading's: only where its start is that task's (`_started_as`), and not where a
+        counter fell; a task not held that started after the end of the latest pass whose
+        readings went (`_forgotten_ns`) was read by no pass, and counts whole; any other
+        record closes nothing (`unmatched`).
 
         Of a task held, the thread fields count (on-CPU, run delay, switches, storage
         bytes: final less the cached thread's), and its process's interval closes with its
@@ -374,8 +406,11 @@ class Tracker:
 
         With `sink`, each delta is given to it as it is made, not kept in the result."""
         result = Closed()
-        previous = self._interval_began_ns
-        cache, before, hz = self._cache, self._before, self.hz
+        forgotten = self._forgotten_ns
+        cache, hz = self._cache, self.hz
+        # where to look for a task: the cache, then what the last passes left, newest first
+        places = [(cache, self._since)]
+        places += [(left.readings, left.since) for left in reversed(self._left)]
         indexes: dict[int, tuple[ProcessReading, dict[int, ThreadReading]]] = {}
 
         def thread_of(reading: ProcessReading, tid: int) -> ThreadReading | None:
@@ -391,33 +426,28 @@ class Tracker:
                 result.outcomes["late"] += 1
                 continue
             tgid = record.tgid or record.pid
-            # The process as this pass read it, and as the last one did where this pass
+            # The process as this pass read it, and as the last ones did where a pass
             # replaced or dropped that reading (a thread gone since is only there).
-            # A reused PID's task began after the one held was read alive (`read_at`).
-            read_at, process, held, thread, finalise = 0, None, False, None, False
-            held_now = cache.get(tgid)
-            for candidate in (held_now, before.get(tgid)):
-                if candidate is None:
-                    continue
-                if not _started_as(candidate.start_ticks, record, True, hz):
-                    read_at = max(read_at, candidate.at_ns)
+            process, held, thread, finalise, since = None, False, None, False, None
+            read_at = 0
+            for readings, instants in places:
+                candidate = readings.get(tgid)
+                if candidate is None or not _started_as(candidate.start_ticks, record, True, hz):
                     continue
                 if process is None:
-                    process, held = candidate, candidate is held_now
+                    process, held, since = candidate, readings is cache, instants.get(tgid)
                 found = thread_of(candidate, record.pid)
-                if found is None:
-                    continue
-                if _started_as(found.start_ticks, record, False, hz):
-                    thread, finalise = found, candidate is held_now
+                if found is not None and _started_as(found.start_ticks, record, False, hz):
+                    thread, finalise, read_at = found, readings is cache, candidate.at_ns
                     break
-                read_at = max(read_at, candidate.at_ns)
-            # Born since the interval began, and, where the PID was another task's, since
-            # that task was read alive: at its earliest start, less the longest it waited.
-            born = previous is not None and record.start_ns - record.waited_ns > max(
-                previous, read_at
-            )
+            # No pass read it (what they read and left is kept): it started after the
+            # end of the latest pass whose readings went, at its earliest start (its
+            # arrival less its life and the longest it waited).
+            born = forgotten is not None and record.start_ns - record.waited_ns > forgotten
             if thread is not None:
-                fields = _thread_delta(thread, record)
+                # read alive, before it exited: at the earliest its record may have come
+                read_alive = read_at < record.received_ns - record.waited_ns
+                fields = _thread_delta(thread, record, read_alive)
                 if fields is None:
                     result.outcomes["counter_fell"] += 1
                     continue
@@ -432,7 +462,6 @@ class Tracker:
                 result.outcomes["unmatched"] += 1
                 continue
             if process is not None and record.last:  # the process's last interval
-                since = (self._since if held else self._before_since).get(tgid)
                 since_ns = process.at_ns if since is None else since.ns
                 fields.observed_nanos = max(0, record.received_ns - since_ns)
                 # counted once an interval: not where this pass took a delta of it
@@ -483,7 +512,14 @@ class Tracker:
         threads = tuple(final if t is thread else t for t in process.threads)
         self._cache[process.pid] = process._replace(threads=threads)
 
-    def _take(self, readings: list[ProcessReading] | tuple, carry: _Carry, listed_at_ns: int):
+    def _take(
+        self,
+        readings: list[ProcessReading] | tuple,
+        carry: _Carry,
+        listed_at_ns: int,
+        read_until_ns: int,
+        lost: set[int] | None,
+    ):
         """The pass is taken whole: nothing fails from here on."""
         cache, since_of = self._cache, self._since
         for instant, ns in carry.moves:
@@ -497,12 +533,12 @@ class Tracker:
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
-            if keep:
-                old = cache.get(pid)
-                if old is not None and old.threads is not reading.threads:
-                    before[pid] = old
-                if pending:  # read: its stat has its gone tasks' times
-                    pending.pop(pid, None)
+            if lost and pid in lost:  # a task of it gone: its last reading, for its record
+                before[pid] = cache[pid]
+                if pid in since_of:
+                    before_since[pid] = since_of[pid]
+            if pending and keep:  # read: its stat has its gone tasks' times
+                pending.pop(pid, None)
             cache[pid] = reading
             if pid in since_of:  # its instant is this reading's own from now on
                 del since_of[pid]
@@ -511,7 +547,7 @@ class Tracker:
             instant = since_of.pop(pid, None)
             if instant is not None:
                 before_since[pid] = instant
-        self._before, self._before_since = before, before_since
+        self._keep_left(before, before_since, read_until_ns)
         self._passes += 1
         if pending:  # a process never read, whose last record never came: forgotten
             for pid in [p for p, held in pending.items() if held.taken_at_pass < self._passes - 2]:
@@ -519,8 +555,29 @@ class Tracker:
         if self._closed:
             self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
         self._blocks = carry.blocks
-        self._interval_began_ns = self._previous_listing_ns
         self._previous_listing_ns = listed_at_ns
+
+    def _keep_left(
+        self, readings: dict[int, ProcessReading], since: dict[int, _Instant], read_until_ns: int
+    ) -> None:
+        """Keep what this pass left behind for the records to come, and let go of what no
+        record can need: every record closed from now on was received after the last
+        pass (`_previous_listing_ns`), and one of a task that exited before a pass had
+        read every process, that waited START_TOLERANCE_NS less, is `late`. Past
+        MAX_KEPT_PASSES, the oldest go. A task that started before the end of a pass whose
+        readings went (`_forgotten_ns`, the first pass's at the start) may have been read
+        by it: its record counts it whole no more."""
+        left = self._left
+        if self._forgotten_ns is None:  # the first pass: a task older may never be read
+            self._forgotten_ns = read_until_ns
+        if readings:
+            left.append(_LeftBehind(read_until_ns, readings, since))
+        previous = self._previous_listing_ns
+        while left and (
+            len(left) > MAX_KEPT_PASSES
+            or (previous is not None and left[0].read_until_ns + START_TOLERANCE_NS < previous)
+        ):
+            self._forgotten_ns = max(self._forgotten_ns, left.popleft().read_until_ns)
 
     def _carry(self, carried: Iterable[Carried], at_ns: int | None) -> _Carry:
         """What each carried block makes of the pass (`_Carry`), read from the tracker's
@@ -585,9 +642,10 @@ class Tracker:
         self,
         reading: ProcessReading,
         old_threads: tuple[ThreadReading, ...],
-    ) -> tuple[_ThreadSums, Counter[str] | None]:
-        """Σ of the per-thread deltas of one process, and the threads refused (counted only
-        when the process itself contributes). `old_threads`: its threads' last readings.
+    ) -> tuple[_ThreadSums, Counter[str] | None, int]:
+        """Σ of the per-thread deltas of one process, the threads refused (counted only
+        when the process itself contributes), and how many of `old_threads` (its threads'
+        last readings) it still has: fewer than all, and a task is gone from it.
 
         Run for every thread every pass: readings are unpacked into locals and summed in
         locals (a NamedTuple attribute or a slot costs a lookup each). A thread's last
@@ -598,6 +656,7 @@ class Tracker:
         refused: Counter[str] | None = None  # made on the first refusal: most have none
         by_tid: dict[int, ThreadReading] | None = None  # made on the first misplaced thread
         count = len(old_threads)
+        matched = 0
         for position, thread in enumerate(reading.threads):
             tid, start, cpu, wait, _, vol, nonvol, read, write = thread
             old = old_threads[position] if position < count else None
@@ -606,8 +665,10 @@ class Tracker:
                     by_tid = {seen[0]: seen for seen in old_threads}
                 old = by_tid.get(tid)
             if old is thread:
+                matched += 1
                 continue  # the very reading of last pass (an idle thread): a zero delta
             if old is not None and old[1] == start:
+                matched += 1
                 _, _, old_cpu, old_wait, _, old_vol, old_nonvol, old_read, old_write = old
                 if (
                     cpu < old_cpu
@@ -636,4 +697,4 @@ class Tracker:
             else:
                 refused = refused or Counter()
                 refused["first_seen" if old is None else "pid_reused"] += 1
-        return (on_cpu, delay, voluntary, nonvoluntary, read_bytes, write_bytes), refused
+        return (on_cpu, delay, voluntary, nonvoluntary, read_bytes, write_bytes), refused, matched

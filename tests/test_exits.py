@@ -250,8 +250,9 @@ def test_no_task_is_counted_twice_whichever_of_its_record_and_a_read_comes_first
     tracker = two_passes(alive, second=[alive])
     read = tracker.advance([zombie], 300 * SEC)
     assert [d.fields.on_cpu_nanos for d in read.deltas] == [SEC]
+    # come a second after the read of its zombie, it may have waited that long
     after = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
-                                  on_cpu=4 * SEC)])  # fmt: skip
+                                  waited=SEC + 1, on_cpu=4 * SEC)])  # fmt: skip
     assert after.deltas == [] and after.outcomes == {"read": 1}
     # and no later pass counts the zombie again
     assert tracker.advance([zombie], 400 * SEC).deltas == []
@@ -352,11 +353,17 @@ def test_a_record_of_a_task_older_than_the_interval_that_no_pass_read_closes_not
     assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
 
 
-def test_no_interval_before_the_second_pass():
+def test_a_task_that_may_have_started_before_the_first_pass_ended_is_not_counted_whole():
+    """The first pass read every process from 100 s to 101 s: a task gone at 101.5 s that
+    began before 101 s may be one no pass read, of any age; one that began later is
+    new."""
     tracker = Tracker(HZ)
-    tracker.advance([], 100 * SEC)
-    closed = tracker.close([record(99, at=101 * SEC, lived=10**6, on_cpu=SEC)])
-    assert closed.outcomes == {"unmatched": 1}
+    tracker.advance([], 100 * SEC, read_until_ns=101 * SEC)
+    old = record(99, at=101_500_000_000, lived=SEC, on_cpu=SEC)
+    new = record(98, at=101_500_000_000, lived=SEC // 4, waited=SEC // 8, on_cpu=SEC // 8)
+    closed = tracker.close([old, new])
+    assert closed.outcomes == {"unmatched": 1, "born": 1}
+    assert [d.record.pid for d in closed.deltas] == [98]
 
 
 def test_a_reused_pid_is_not_the_task_the_cache_holds():
@@ -369,6 +376,113 @@ def test_a_reused_pid_is_not_the_task_the_cache_holds():
     assert closed.outcomes == {"born": 1}
     assert closed.deltas[0].process is None and closed.deltas[0].fields.on_cpu_nanos == SEC
     assert tracker._cache[10].threads[0].on_cpu_ns == 3 * SEC
+
+
+def passes_every(seconds: int, *passes: list, keeps: bool = True) -> Tracker:
+    """A tracker through one pass every `seconds` s from `seconds` s, each given its
+    processes, read for a second after its listing."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = keeps
+    for n, readings in enumerate(passes, 1):
+        tracker.advance(list(readings), n * seconds * SEC, read_until_ns=(n * seconds + 1) * SEC)
+    return tracker
+
+
+def test_a_task_born_just_after_the_interval_began_counts_whole_however_long_it_waited():
+    """Passes at 100, 200 and 300 s: the records taken after the third are of the
+    interval begun at 200 s. A task born at 200.05 s, gone at 200.2 s, its record read at
+    200.3 s by a listener that last found the socket empty at 199.9 s (it may have waited
+    0.4 s, and so began as early as 199.65 s): read by no pass (what they left is kept),
+    it counts whole, in its parent's group."""
+    started, gone, read_at = 200_050_000_000, 200_200_000_000, 200_300_000_000
+    other = proc(20, START, at=100 * SEC)
+    tracker = passes_every(100, [other], [], [])
+    born = record(77, at=read_at, lived=gone - started, waited=400_000_000, ppid=5,
+                  on_cpu=10**8)  # fmt: skip
+    closed = tracker.close([born])
+    assert closed.outcomes == {"born": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == 10**8 and closed.deltas[0].ppid == 5
+
+
+def test_a_thread_gone_two_passes_before_its_record_is_closed_against_its_last_reading():
+    """Thread 11 read at 100 s, gone by 200 s; its record, kept waiting in the socket
+    past the pass at 200 s, comes before the one at 201.5 s: closed against the reading
+    of 100 s, not counted whole, nor lost."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    tracker.advance([proc(10, START, at=100 * SEC, threads=both)], 100 * SEC,
+                    read_until_ns=100 * SEC)  # fmt: skip
+    tracker.advance([proc(10, START, at=200 * SEC, threads=both[:1])], 200 * SEC,
+                    read_until_ns=200 * SEC)  # fmt: skip
+    tracker.advance([proc(10, START, at=int(201.5 * SEC), threads=both[:1])],
+                    int(201.5 * SEC), read_until_ns=int(201.5 * SEC))  # fmt: skip
+    waited = int(1.8 * SEC)
+    closed = tracker.close(
+        [record(11, 10, at=int(201.6 * SEC), lived=int(201.6 * SEC) - (START + 10) * TICK_NS,
+                last=False, waited=waited, group_lived=int(201.6 * SEC) - START * TICK_NS,
+                on_cpu=3 * SEC)]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 1} and closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
+
+
+def test_a_process_a_pass_could_not_read_is_not_counted_whole_when_it_exits():
+    """Read at 100 s, then unreadable to every pass (not in their readings): what the
+    passes left of it goes once no record can need it. Its record at 450 s is of a task
+    that began before the pass whose readings went ended: it may have been counted, and
+    is not counted whole again."""
+    read = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = passes_every(100, [read], [], [], [])
+    assert tracker._forgotten_ns == 201 * SEC
+    closed = tracker.close([record(10, at=450 * SEC, lived=450 * SEC - START * TICK_NS,
+                                   on_cpu=9 * SEC)])  # fmt: skip
+    assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
+
+
+def test_what_passes_leave_for_records_is_what_a_record_may_still_close():
+    """A pass keeps the readings it dropped, and those it replaced where a task is gone
+    from the new one (or the PID is another process's): not those whose every task it
+    read again. They are let go once a record of a task gone before them would be late,
+    and past MAX_KEPT_PASSES passes."""
+    from collector.tracker import MAX_KEPT_PASSES
+
+    steady = [thread(10, START, cpu=SEC), thread(11, START, cpu=SEC)]
+    first = [proc(10, START, at=100 * SEC, threads=steady), proc(20, START, at=100 * SEC),
+             proc(30, START, at=100 * SEC), proc(40, START, at=100 * SEC)]  # fmt: skip
+    second = [proc(10, START, at=101 * SEC, threads=[*steady[:1], thread(12, START + 9)]),
+              proc(20, START, at=101 * SEC), proc(40, START + 1, at=101 * SEC)]  # fmt: skip
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    tracker.advance(first, 100 * SEC, read_until_ns=100 * SEC)
+    tracker.advance(second, 101 * SEC, read_until_ns=101 * SEC)
+    (left,) = tracker._left
+    assert sorted(left.readings) == [10, 30, 40]  # a task gone, the process gone, PID reused
+    # a pass every 10 ms: those left go as their tasks' records would be late, or the most
+    for n in range(2, 400):
+        at = 101 * SEC + n * 10**7
+        tracker.advance([proc(50 + n % 2, START, at=at)], at, read_until_ns=at)
+        assert len(tracker._left) <= MAX_KEPT_PASSES
+    assert tracker._forgotten_ns > 101 * SEC
+    # a pass every 10 s: the two last
+    for n in range(1, 5):
+        at = 200 * SEC + n * 10 * SEC
+        tracker.advance([proc(60 + n % 2, START, at=at)], at, read_until_ns=at)
+    assert [left.read_until_ns for left in tracker._left] == [230 * SEC, 240 * SEC]
+
+
+def test_a_sleeper_killed_after_a_pass_read_it_closes_its_process():
+    """Asleep since a pass read it at 200 s, killed at 250 s: its record's counters are
+    the ones read (it did not run since). Read alive, before its exit: its process's
+    interval closes, empty but for the process and its time observed, not taken for a
+    zombie read past its record."""
+    asleep = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC, vol=5)])
+    tracker = two_passes(asleep, second=[asleep])
+    closed = tracker.close([record(10, at=250 * SEC, lived=250 * SEC - START * TICK_NS,
+                                   waited=SEC, on_cpu=SEC, vol=5)])  # fmt: skip
+    assert closed.outcomes == {"closed": 1}
+    fields = closed.deltas[0].fields
+    assert (fields.on_cpu_nanos, fields.voluntary_switches) == (0, 0)
+    assert (fields.processes, fields.observed_nanos) == (0, 50 * SEC)
 
 
 @pytest.mark.parametrize(("waited", "outcome"), [(1_500_000_000, "closed"), (3 * SEC, "late")])
