@@ -433,3 +433,187 @@ def test_phases_refuses_a_bad_count_in_one_line():
     assert result.stderr.splitlines() == [
         "phases: --passes, --processes and --pods must be positive"
     ]
+
+
+EXIT_PAGE = b"""# TYPE procdelta_exit_records counter
+procdelta_exit_records_total{outcome="closed"} 40
+procdelta_exit_records_total{outcome="born"} 900
+procdelta_exit_records_total{outcome="counter_fell"} 0
+procdelta_exit_records_total{outcome="unmatched"} 50
+procdelta_exit_records_total{outcome="unplaced"} 7
+procdelta_exit_records_total{outcome="dropped"} 10
+# TYPE procdelta_exit_record_overflows counter
+procdelta_exit_record_overflows_total 2
+procdelta_pass_duration_seconds_sum 1.5
+procdelta_pass_duration_seconds_count 30
+procdelta_passes_total 30
+# EOF
+"""
+
+
+def test_the_exit_records_a_page_counted_are_every_outcome_but_unplaced():
+    """`unplaced` counts again records counted as `closed` or `born`: left out of the sum.
+    A page without the families (a serve without --collector.exits) counted none."""
+    from collector.bench.exitruns import StormCount, exit_records, mark
+    from collector.bench.serve import Page
+
+    assert exit_records(Page(EXIT_PAGE, 0)) == 40 + 900 + 50 + 10
+    plain = Page(b"procdelta_passes_total 30\n# EOF\n", 0)
+    assert exit_records(plain) is None
+    at = mark(Page(EXIT_PAGE, 0), StormCount(5, 6, 7), 1234, 9.5)
+    assert (at.records, at.dropped, at.overflows) == (1000, 10, 2)
+    assert (at.pass_seconds, at.passes) == (1.5, 30)
+    assert (at.storm, at.tasks, at.at) == (StormCount(5, 6, 7), 1234, 9.5)
+    assert at.outcomes == {"closed": 40, "born": 900, "counter_fell": 0, "unmatched": 50,
+                           "unplaced": 7, "dropped": 10}  # fmt: skip
+    bare = mark(plain, StormCount(0, 0, 0), 0, 0.0)
+    assert (bare.records, bare.dropped, bare.overflows, bare.outcomes) == (None,) * 4
+
+
+def _exit_run(exits: bool, cpu_per_second: float, made: int, records: int | None, **kwargs):
+    from collector.bench.exitruns import ExitRun
+
+    fields = dict(
+        exits=exits, cpu=cpu_per_second * 10, seconds=10.0, passes=20, pass_seconds=0.2,
+        made=made, storm_cpu=made * 40e-6, tasks=made + 100, records=records,
+        dropped=0 if exits else None, overflows=0 if exits else None, peak_rss=40.0,
+    )  # fmt: skip
+    fields.update(kwargs)
+    return ExitRun(**fields)
+
+
+def test_an_exit_run_is_what_happened_between_its_two_marks():
+    from collector.bench.exitruns import Mark, StormCount, run_between
+
+    start = Mark(100.0, StormCount(1_000, 2_000_000_000, 0), 50_000, 300, 0, 1, 2.0, 10,
+                 {"born": 200, "closed": 100, "dropped": 0})  # fmt: skip
+    end = Mark(110.0, StormCount(11_000, 2_500_000_000, 0), 60_200, 10_400, 5, 1, 2.4, 30,
+               {"born": 10_195, "closed": 200, "dropped": 5})  # fmt: skip
+    run = run_between(True, 0.45, start, end, 41.5)
+    assert run.outcomes == {"born": 9_995, "closed": 100, "dropped": 5}
+    assert (run.seconds, run.passes, run.made, run.tasks) == (10.0, 20, 10_000, 10_200)
+    assert (run.records, run.dropped, run.overflows, run.peak_rss) == (10_100, 5, 0, 41.5)
+    assert math.isclose(run.storm_cpu, 0.5) and math.isclose(run.pass_seconds, 0.4)
+    assert math.isclose(run.cpu_per_second, 0.045) and run.made_per_second == 1_000
+    assert run.records_per_second == 1_010 and math.isclose(run.per_pass, 0.02)
+    without = Mark(100.0, StormCount(0, 0, 0), 0, None, None, None, 0.0, 0)
+    run = run_between(False, 0.1, without, end, 40.0)
+    assert (run.records, run.dropped, run.overflows) == (None, None, None)
+    assert run.records_per_second == 0
+
+
+def test_an_exit_cost_is_the_median_of_its_rounds_each_against_its_own_round():
+    """Ratios and the extra CPU per record are taken round by round (a run with the flag
+    against the run without it in the same round), then their median; the records against
+    the exits over every round with the flag."""
+    from collector.bench.exitruns import ExitCost
+
+    rounds = [  # (without, with): CPU a second, exits made, records counted, over 10 s
+        (_exit_run(False, 0.100, 10_000, None), _exit_run(True, 0.130, 10_000, 10_000)),
+        (_exit_run(False, 0.200, 10_000, None), _exit_run(True, 0.250, 10_000, 10_000)),
+        (_exit_run(False, 0.100, 10_000, None), _exit_run(True, 0.110, 10_000, 10_000,
+                                                          dropped=20, overflows=3)),
+    ]  # fmt: skip
+    cost = ExitCost(1000, rounds)
+    assert [round(r, 3) for r in cost.ratios] == [1.3, 1.25, 1.1]
+    assert math.isclose(cost.ratio, 1.25)
+    assert math.isclose(cost.without, 0.1) and math.isclose(cost.with_, 0.13)
+    # extra CPU a second over records a second: 30, 50, 10 µs; the median
+    assert math.isclose(cost.per_record, 30e-6)
+    assert (cost.records, cost.made, cost.tasks) == (30_000, 30_000, 30_300)
+    assert (cost.dropped, cost.overflows) == (20, 3)
+    assert cost.made_per_second == 1_000 and cost.records_per_second == 1_000
+    assert math.isclose(cost.storm_extra, 0, abs_tol=1e-12)
+    assert [round(x, 6) for x in cost.passes] == [0.01, 0.01] and cost.peak_rss == (40.0, 40.0)
+    heard_none = ExitCost(1000, [(_exit_run(False, 0.1, 10, None), _exit_run(True, 0.1, 10, None))])
+    assert math.isnan(heard_none.per_record) and heard_none.records == 0
+
+
+def test_the_exit_table_gives_each_rate_a_row_and_says_what_1000_exits_cost():
+    from collector.bench.exitcost import exit_legend, exit_lines
+    from collector.bench.exitruns import ExitCost
+
+    slow = [(_exit_run(False, 0.1, 10_000, None), _exit_run(True, 0.13, 10_000, 9_900))]
+    fast = [(_exit_run(False, 0.1, 50_000, None),
+             _exit_run(True, 0.2, 50_000, 50_000, storm_cpu=2.5))]  # fmt: skip
+    slow, fast = ExitCost(1000, slow * 3), ExitCost(5000, fast * 3)
+    lines = exit_lines([slow, fast])
+    header = lines[0].split()
+    assert header == ["exits/s", "made/s", "rec/s", "without", "with", "ratio", "µs/rec",
+                      "records", "storm", "node", "counted", "drop", "ovfl"]  # fmt: skip
+    assert lines[1].split() == ["1,000", "1,000", "990", "100.0", "130.0", "1.30", "30.3",
+                                "29,700", "30,000", "30,300", "98.0%", "0", "0"]  # fmt: skip
+    assert lines[2].split() == ["5,000", "5,000", "5,000", "100.0", "200.0", "2.00", "20.0",
+                                "150,000", "150,000", "150,300", "99.8%", "0", "0"]  # fmt: skip
+    assert lines[3] == (
+        "at 1,000/s: a pass 10.0 ms, 10.0 ms; peak RSS 40.0 MB, 40.0 MB; the storm's CPU an "
+        "exit +0.0 µs"
+    )
+    assert lines[4].endswith("the storm's CPU an exit +10.0 µs")  # no outcomes: no line
+    assert lines[5] == (
+        "1,000 exits a second cost the served process 25 ms of CPU a second (2.5% of a core; "
+        "the rates' µs/rec, their median)"
+    )
+    assert len(lines) == 6
+    # what the records came to, over the runs with the flag: each outcome counted, by name
+    born = [(_exit_run(False, 0.1, 100, None),
+             _exit_run(True, 0.13, 100, 100, outcomes={"closed": 3, "born": 90, "late": 0,
+                                                       "unmatched": 7}))]  # fmt: skip
+    assert exit_lines([ExitCost(10, born * 2)])[2:4] == [
+        "at 10/s: a pass 10.0 ms, 10.0 ms; peak RSS 40.0 MB, 40.0 MB; the storm's CPU an exit "
+        "+0.0 µs",
+        "at 10/s the records came to: closed 6, born 180, unmatched 14",
+    ]
+    # a serve that heard no record (no CAP_NET_ADMIN, no TASKSTATS): said, no cost made up
+    deaf = ExitCost(1000, [(_exit_run(False, 0.1, 10_000, None),
+                            _exit_run(True, 0.1, 10_000, None))])  # fmt: skip
+    row, *notes = exit_lines([deaf])[1:]
+    assert row.split()[6:8] == ["-", "0"]
+    assert notes[-1].startswith("no exit records: `serve --collector.exits` heard none here")
+    legend = exit_legend(3, 20, 1000, 50, 0.5)
+    assert "`procdelta serve --interval 0.5`" in " ".join(legend)
+    assert all(len(line) <= 100 for line in legend), legend
+
+
+def test_smoke_exitcost_prints_a_row_for_each_rate():
+    """`python -m collector.bench.exitcost` on a tiny run (one round, a few passes, a small
+    table): the table's header, a row of well-formed numbers for each rate, its notes. The
+    numbers are read by people, not judged here; that a serve with the flag counted records
+    at all is."""
+    result = subprocess.run(
+        [sys.executable, "-m", "collector.bench.exitcost", "--rates", "300,600", "--rounds",
+         "1", "--passes", "3", "--processes", "20"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"Linux \S+, \d+ CPUs, load average [\d. ]+", lines[0]), lines[0]
+    assert lines[-1].startswith("load average after: ")
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["exits/s", "made/s"])
+    rows = [lines[start + 1].split(), lines[start + 2].split()]
+    assert [row[0] for row in rows] == ["300", "600"]
+    for row in rows:
+        assert len(row) == 13, row
+        numbers = [float(cell.replace(",", "").rstrip("%")) for cell in row]
+        assert all(n >= 0 for n in numbers), row
+        made, records, storm, node = numbers[1], numbers[7], numbers[8], numbers[9]
+        assert made > 0 and storm > 0 and node >= storm, row  # the storm ran, in the node's
+        assert records > 0, row  # the served page counted records
+    notes = [line for line in lines[start + 3 :] if ": a pass " in line]
+    assert [note.split(":")[0] for note in notes] == ["at 300/s", "at 600/s"]
+    came = [line for line in lines[start + 3 :] if " the records came to: " in line]
+    assert [line.split()[1] for line in came] == ["300/s", "600/s"]
+    assert re.fullmatch(
+        r"1,000 exits a second cost the served process -?\d+ ms of CPU a second .*", lines[-2]
+    )
+
+
+def test_exitcost_refuses_a_bad_count_in_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "collector.bench.exitcost", "--rounds", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "exitcost: --rates, --rounds, --passes and --interval must be positive"
+    ]

@@ -174,6 +174,9 @@ OTHER_TOOLS_FLAGS = {
     "--path",  # python -m tests.viewflood
     "--nice",  # python -m tests.viewflood
     "--max-children",  # mutmut run
+    "--rates",  # python -m collector.bench.exitcost
+    "--passes",  # python -m collector.bench.exitcost
+    "--processes",  # python -m collector.bench.exitcost
 }
 
 

@@ -13,7 +13,10 @@ floor; (e) what a request of its processes view (`/processes`, the default query
 process) costs that process, against the floor measured beside each request (served.py);
 and what it ships: series and bytes per pod on its page, for each switch (sizes.py). Then
 the RSS of a real `procdelta serve` (N=1000 and N=5000, memory.py) and the latency of
-`/metrics` with 1000 groups while passes run (latency.py). report.py prints it all.
+`/metrics` with 1000 groups while passes run (latency.py). Then (not with `--quick`) what
+the kernel's exit records cost a served process: the same serve without and with
+`--collector.exits`, alternately, beside a storm of exits at a fixed rate (exitcost.py,
+collector/storm.py). report.py prints it all.
 Machines are noisy: read the ratios, not the absolute times.
 """
 

@@ -4,6 +4,7 @@ below them, and the same lines as a Markdown page (`run`, `report`).
 
 from __future__ import annotations
 
+import http.client
 import math
 import os
 import time
@@ -148,6 +149,20 @@ def _run(rounds: int, pause: float, quick: bool, echo: Callable[[str], None]) ->
         f"/metrics with 1000 groups while passes run: p50 {_percentile(latencies, 0.5):.2f} ms, "
         f"p99 {_percentile(latencies, 0.99):.2f} ms over {len(latencies)} scrapes"
     )
+    if not quick:
+        # imported here: `python -m collector.bench.exitcost` runs it alone, as its __main__
+        from collector.bench.exitcost import exit_costs, exit_legend, exit_lines
+
+        echo("")
+        for line in exit_legend():
+            echo(line)
+        try:
+            costs = exit_costs()
+        except (RuntimeError, OSError, http.client.HTTPException) as error:  # said, not raised
+            echo(f"exit records: no measure: {type(error).__name__}: {error}")
+        else:
+            for line in exit_lines(costs):
+                echo(line)
 
 
 def echo_row(result: TableResult, echo: Callable[[str], None]) -> None:

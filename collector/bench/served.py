@@ -18,6 +18,7 @@ from collector.bench.serve import (
     SERVED_INTERVAL,
     SERVED_PASSES,
     SERVED_WARMUP,
+    Page,
     Scraper,
     halfway,
     until_passes,
@@ -42,6 +43,7 @@ def measure_served(
     warmup: int = SERVED_WARMUP,
     interval: float = SERVED_INTERVAL,
     floor: Callable[[], Sample] | None = None,
+    ends: Callable[[Page], None] | None = None,
 ) -> Served:
     """Scrape once a pass, halfway between two passes (a pass starts every `interval`: the
     phase is found from the moment the page's pass count moves), so that the span from the
@@ -51,13 +53,18 @@ def measure_served(
     scrape-to-scrape span's CPU (the threads' schedstat, to the ns) gives the spread.
     With `floor`, one pass of the floor (in its own process) right after each scrape,
     halfway between two passes of the served process: the floor of the same span, as a
-    pass row's floor is measured in the same rounds as its passes."""
+    pass row's floor is measured in the same rounds as its passes. With `ends`, called with
+    the span's first page and its last, each right after the CPU is read: what else the
+    span is to be read against (exitcost.py)."""
     process = psutil.Process(pid)
     until_passes(scraper, warmup, poll=interval / 5)
     at = halfway(scraper, interval)
     time.sleep(max(0.0, at - time.monotonic()))
-    first = last = scraper.scrape().passes
+    page = scraper.scrape()
+    first = last = page.passes
     cpu = sum(process.cpu_times()[:2])
+    if ends is not None:
+        ends(page)
     thread_ns = thread_cpu_ns(pid)
     per_pass: list[float] = []
     floors: list[float] = []
@@ -66,8 +73,8 @@ def measure_served(
     while last - first < passes:
         at += interval
         time.sleep(max(0.0, at - time.monotonic()))
-        now = scraper.scrape().passes
-        now_ns = thread_cpu_ns(pid)
+        page = scraper.scrape()
+        now, now_ns = page.passes, thread_cpu_ns(pid)
         if floor is not None:
             floors.append(floor().cpu)
         if now - last == 1:
@@ -78,6 +85,8 @@ def measure_served(
         if time.monotonic() > deadline:
             raise RuntimeError(f"procdelta serve completed {last - first} of {passes} passes")
     cpu = sum(process.cpu_times()[:2]) - cpu
+    if ends is not None:
+        ends(page)
     return Served(cpu / (last - first), last - first, per_pass, misaligned, floors)
 
 
