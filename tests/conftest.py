@@ -14,6 +14,14 @@ def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A container test may first build the base image with debootstrap (its own limit is
+    30 minutes): it has more time than pyproject.toml's `timeout` gives the rest."""
+    for item in items:
+        if item.get_closest_marker("container") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(2700))
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",

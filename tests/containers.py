@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.tools import tool
+
 ROOT = Path(__file__).parent.parent
 BASE_IMAGE = "localhost/procdelta-test-base:bookworm"
 """The Dockerfile's BASE_IMAGE for the tests: made here from Debian's packages, since no
@@ -37,8 +39,8 @@ def podman(
     *args: str, check: bool = True, timeout: float = 300, stdin=None
 ) -> subprocess.CompletedProcess:
     """`podman` with this host's global flags; a failure fails the test with its stderr."""
-    binary = shutil.which("podman")
-    assert binary, "podman not found: install Debian's podman, runc and debootstrap (.ci/run does)"
+    binary = tool("podman", "podman")
+    tool("runc", "runc")
     result = subprocess.run(
         [binary, *GLOBAL_FLAGS, *args],
         stdin=stdin,
@@ -101,8 +103,7 @@ def ensure_base_image() -> str:
     its package caches and documentation left out, imported into podman's store."""
     if podman("image", "exists", BASE_IMAGE, check=False).returncode == 0:
         return BASE_IMAGE
-    debootstrap = shutil.which("debootstrap")
-    assert debootstrap, "debootstrap not found: install Debian's debootstrap (.ci/run does)"
+    debootstrap = tool("debootstrap", "debootstrap")
     root = tempfile.mkdtemp(prefix="procdelta-base-", dir="/var/tmp")
     try:
         made = subprocess.run(

@@ -25,6 +25,7 @@ import pytest
 from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response
 from collector.listener import MAX_ASIDE, Deferred, Limits, Listener, RefusalLog, Seldom
 from tests.net import free_port, request, start_serve, wait_until
+from tests.tools import tool
 
 
 @contextlib.contextmanager
@@ -877,7 +878,10 @@ def test_the_listening_socket_queues_1024_connections_not_yet_accepted():
         port = listener.server_address[1]
         assert request(port, "/")[0] == 200  # serving
         shown = subprocess.run(
-            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+            [tool("ss", "iproute2"), "-ltnH", f"sport = :{port}"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
     assert shown[:3] == ["LISTEN", "0", "1024"], shown
 

@@ -27,13 +27,13 @@ from collector.listener import Limits
 from tests.net import free_port, request, start_serve, wait_until
 from tests.test_cli import assert_one_line_error
 from tests.test_serve import CountingEngine, serving
+from tests.tools import tool
 
 PASSWORD = "s3cret pass"
 
 
 def openssl(*args: str, cwd: Path) -> None:
-    binary = shutil.which("openssl")
-    assert binary, "openssl is needed to make the test certificates"
+    binary = tool("openssl", "openssl")
     subprocess.run([binary, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 

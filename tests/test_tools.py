@@ -1,0 +1,49 @@
+"""A test whose Debian tool is missing skips on a developer's machine and fails under CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import tools
+
+
+def test_a_tool_found_is_its_path():
+    assert tools.tool("sh", "dash").endswith("/sh")
+
+
+@pytest.mark.parametrize(("under_ci", "outcome"), [(False, pytest.skip.Exception),
+                                                   (True, pytest.fail.Exception)])  # fmt: skip
+def test_a_missing_tool_skips_the_test_and_fails_it_under_ci(monkeypatch, under_ci, outcome):
+    monkeypatch.setattr(tools, "UNDER_CI", under_ci)
+    with pytest.raises(outcome) as raised:
+        tools.tool("procdelta-no-such-tool", "procdelta-none")
+    assert str(raised.value.msg) == (
+        "procdelta-no-such-tool not found: install Debian's procdelta-none package (.ci/run does)"
+    )
+
+
+class Item:
+    """What the hook reads of a collected test: its markers."""
+
+    def __init__(self, *marks):
+        self.own_markers = list(marks)
+
+    def get_closest_marker(self, name):
+        return next((mark for mark in self.own_markers if mark.name == name), None)
+
+    def add_marker(self, mark):
+        self.own_markers.append(mark.mark)
+
+
+def test_a_container_test_has_more_time_than_the_rest(request):
+    """pyproject.toml's `timeout` for every test; 45 minutes for a container test, which
+    may build the base image first, unless it says its own."""
+    from tests.conftest import pytest_collection_modifyitems
+
+    assert request.config.getini("timeout") == "1200"
+    plain, container = Item(), Item(pytest.mark.container.mark)
+    own = Item(pytest.mark.container.mark, pytest.mark.timeout(60).mark)
+    pytest_collection_modifyitems(request.config, [plain, container, own])
+    assert plain.get_closest_marker("timeout") is None
+    assert container.get_closest_marker("timeout").args == (2700,)
+    assert own.get_closest_marker("timeout").args == (60,)
