@@ -81,7 +81,11 @@ TEST_FILES = (
     "tests/test_cgroup_kernel.py",
     "tests/test_waits.py",
     "tests/test_processes.py",
-    "tests/test_top.py",
+    "tests/test_top_screen.py",
+    "tests/test_top_threads.py",
+    "tests/test_top_terminal.py",
+    "tests/test_top_remote.py",
+    "tests/test_top_kernel.py",
     # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
     "tests/test_listener.py",
     "tests/test_webconfig.py",
