@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from operator import attrgetter
+from typing import Final
 
 from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
 from collector.model import (
@@ -69,6 +71,8 @@ def group_pass(
     unplaced_pids: set[int] = set()
     dirs: dict[Group, CgroupDirs] = {}
     group_of_pid: dict[int, Group | None] = {}
+    group: Group | _NotRead | None  # `_NOT_READ`: a process with no footprint this pass
+    delta: ProcessDelta | CarriedDelta
 
     def footprint_of(group: Group, cgroup: bytes) -> FootprintSums:
         footprint = sums.get(group)
@@ -131,7 +135,13 @@ def group_pass(
     )
 
 
-_NOT_READ = object()  # a process with no footprint this pass: it was carried
+class _NotRead(Enum):
+    """`_NOT_READ`'s type: a one-member Enum, a sentinel the checker tells from a group."""
+
+    NOT_READ = "not read"
+
+
+_NOT_READ: Final = _NotRead.NOT_READ  # a process with no footprint this pass: it was carried
 
 
 def _group_of_carried(grouper: Grouper, cgroup: bytes) -> Group | None:

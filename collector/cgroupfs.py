@@ -49,6 +49,7 @@ V2, CPU, CPUACCT = HIERARCHY_ORDER
 
 _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.EOPNOTSUPP, errno.EINVAL})
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)  # a group, as the caller keys them
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 HELD_DIRECTORIES = 512
@@ -218,9 +219,9 @@ class CgroupFS:
         self._held_used: set[bytes] = set()
         # The PSI totals of the groups' parent directories: read at the first group of
         # each in a pass (this pass's), and as the last pass left them (`_stalled_below`).
-        self._parents: dict[bytes, _PSI] = {}
-        self._parents_before: dict[bytes, _PSI] = {}
-        self._stalled: dict[bytes, tuple[bool, bool, bool]] = {}  # by parent, this pass
+        self._parents: dict[bytes, tuple[Pressure | None, ...]] = {}  # 3 each, as `_PSI`
+        self._parents_before: dict[bytes, tuple[Pressure | None, ...]] = {}
+        self._stalled: dict[bytes, tuple[bool, ...]] = {}  # by parent, this pass: 3 each
         self._passes = 1  # this pass's number (`release_unused` ends one)
         # the groups' plans (`read_groups`), and how many groups this pass read
         self._plans: dict[Hashable, _Plan] = {}
@@ -228,9 +229,9 @@ class CgroupFS:
 
     def read_groups(
         self,
-        targets: Mapping[Hashable, Sequence[Location]],
-        previous: Mapping[Hashable, CgroupReading],
-    ) -> dict[Hashable, CgroupReading]:
+        targets: Mapping[K, Sequence[Location]],
+        previous: Mapping[K, CgroupReading],
+    ) -> dict[K, CgroupReading]:
         """Each group's reading: its cgroup counters from its directories (`targets`),
         usage from v2 `cpu.stat`, else v1 `cpuacct.usage`; pressure from v2; bandwidth
         from v2 `cpu.stat` where its cpu controller is on, else v1 `cpu`. A group none
@@ -245,7 +246,7 @@ class CgroupFS:
 
         A group's plan (`_plan`) is kept from pass to pass while its `Location`s are the
         same (every path and inode, as listed), and made anew from them otherwise."""
-        readings = {}
+        readings: dict[K, CgroupReading] = {}
         plans = self._plans
         psi = self.pressure and self.hierarchies.psi
         self._groups_read += len(targets)
@@ -310,6 +311,7 @@ class CgroupFS:
         pressure: _PSI = _NO_PSI
         v2_stat: Mapping[bytes, int] | None = None
         v2_periods = False
+        at: int | None  # the directory's descriptor (`_held_dir`), None: opened by path
         if v2 is not None:
             held = self._held.get(v2.directory)  # `_held_dir`, inline: held since a pass before
             if held is not None and held.inode == v2.inode:
@@ -344,7 +346,8 @@ class CgroupFS:
         elif previous is not None and _bandwidth_unchanged(identity, usage, previous):
             bandwidth = previous.bandwidth
         else:
-            stat = v2_stat if source is v2 else _parsed(cpu.directory + b"/cpu.stat", _cpu_stat)
+            # (`source` is v2, or else `cpu`, the v1 cpu directory)
+            stat = v2_stat if source is v2 else _parsed(source.directory + b"/cpu.stat", _cpu_stat)
             if stat is not None:
                 before = None if previous is None else previous.bandwidth
                 bandwidth = self._bandwidth(
@@ -399,7 +402,7 @@ class CgroupFS:
         self._groups_read = 0
         self._passes += 1
 
-    def _stalled_below(self, parent: bytes) -> tuple[bool, bool, bool]:
+    def _stalled_below(self, parent: bytes) -> tuple[bool, ...]:
         """For cpu, memory and io: whether a cgroup below `parent` may have stalled since
         the last pass (`pressure_unmoved`). The parent's three files are read once a pass,
         at the first group below it, so before any of its groups is read."""
@@ -431,8 +434,11 @@ class CgroupFS:
         else:
             stalled = self._stalled.get(parent) or self._stalled_below(parent)
             cpu_moved, memory_moved, io_moved = stalled
-        same = previous is not None and v2.ident in previous.identity
-        cpu, memory, io = previous.pressure if same else _NO_PSI
+        cpu, memory, io = (
+            previous.pressure
+            if previous is not None and v2.ident in previous.identity  # the same cgroup
+            else _NO_PSI
+        )
         cpu = _parsed(cpu_file, _psi_totals, at) if cpu_moved or cpu is None else cpu
         if self.cpu_pressure_only:
             return cpu, None, None
@@ -467,8 +473,10 @@ class CgroupFS:
                 for child, child_inode in subdirs(directory):
                     path = relative + b"/" + child
                     below = directory + b"/" + child
-                    stat = _parsed(below + b"/cpu.stat", _cpu_stat)
-                    counters = None if stat is None else _bandwidth_of(path, child_inode, stat)
+                    child_stat = _parsed(below + b"/cpu.stat", _cpu_stat)
+                    counters = (
+                        None if child_stat is None else _bandwidth_of(path, child_inode, child_stat)
+                    )
                     if counters is not None:
                         found.append(_with_quota(counters, below, last.get(path), v2))
                     stack.append((path, below))

@@ -31,16 +31,19 @@ from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Generic, TypeVar, overload
 
 from collector.model import Bandwidth, CgroupFields, CgroupReading, Pressure
 from collector.waits import split_cpu_stall, throttled_wall_ns
 
+K = TypeVar("K", bound=Hashable)  # a group, as the caller keys them
+
 
 @dataclass(slots=True)
-class CgroupAdvance:
+class CgroupAdvance(Generic[K]):
     """The outcome of one pass through the guard."""
 
-    deltas: dict[Hashable, CgroupFields] = field(default_factory=dict)
+    deltas: dict[K, CgroupFields] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
 
 
@@ -48,6 +51,10 @@ class _Fell(Exception):
     """A counter of the new reading is below the cached one."""
 
 
+@overload
+def _difference(new: int, old: int) -> int: ...
+@overload
+def _difference(new: int | None, old: int | None) -> int | None: ...
 def _difference(new: int | None, old: int | None) -> int | None:
     if new is None or old is None:
         return None
@@ -140,14 +147,14 @@ def _nothing_moved(shape: tuple[bool, ...]) -> CgroupFields:
     return CgroupFields(*values)
 
 
-class CgroupTracker:
+class CgroupTracker(Generic[K]):
     """Keeps one `CgroupReading` per group between passes."""
 
     def __init__(self) -> None:
-        self._cache: dict[Hashable, CgroupReading] = {}
+        self._cache: dict[K, CgroupReading] = {}
 
-    def advance(self, readings: Mapping[Hashable, CgroupReading]) -> CgroupAdvance:
-        outcome = CgroupAdvance()
+    def advance(self, readings: Mapping[K, CgroupReading]) -> CgroupAdvance[K]:
+        outcome: CgroupAdvance[K] = CgroupAdvance()
         for group, new in readings.items():
             old = self._cache.get(group)
             if old is None:

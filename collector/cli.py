@@ -349,6 +349,7 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
 
     engine = build_engine(options)
     found = node_sources(options, engine)
+    text: bytes | str
     if output_format == "prometheus":
         loop = PassLoop(
             engine,
@@ -488,6 +489,7 @@ def top(
     selection = view.Selection(pod, cgroup_path, sort, limit or None, threads)
     try:
         procfs = ProcFS(options.procfs)
+        origin: view.RemoteSource | view.LocalSource
         if source is not None:
             remote = view.Remote(
                 source,

@@ -9,7 +9,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
+from typing import Final
 
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
@@ -149,7 +151,7 @@ class Engine:
         # where the pods' cgroups are, in the hierarchies the reader found
         self.pod_cgroups = None if cgroupfs is None else PodCgroups(cgroupfs.hierarchies)
         self.cpusets = None if cgroupfs is None else Cpusets(cgroupfs.hierarchies)
-        self.cgroup_tracker = CgroupTracker()
+        self.cgroup_tracker: CgroupTracker[Group] = CgroupTracker()
         self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
         self._cgroup_dirs: dict[Group, CgroupDirs] = {}  # of the last pass's non-pod groups
         self._read_early: frozenset[Group] = frozenset()  # read before the last pass's processes
@@ -269,7 +271,7 @@ class Engine:
             (self._group_of_pid, self._astray_pids),
         )
 
-        def parent_group(ppid: int) -> Group | object | None:
+        def parent_group(ppid: int) -> Group | _LeftOut | None:
             for groups, astray in maps:
                 if ppid in groups:
                     group = groups[ppid]
@@ -302,7 +304,7 @@ class Engine:
         self._astray_pids = maps[0][1]
         return closed, unplaced
 
-    def _group_of_text(self, cgroup: bytes | None) -> Group | object | None:
+    def _group_of_text(self, cgroup: bytes | None) -> Group | _LeftOut | None:
         """The group a cgroup file names; `_LEFT_OUT` where `--pods-only` drops it; None
         where it names none (no file, malformed, unplaced)."""
         if not cgroup:
@@ -375,7 +377,9 @@ class Engine:
         reader's own rule — it carries only processes whose `cgroup` file read the same
         twice — implies as much; the check here keeps the proof in one place.)"""
         before = self._cgroup_readings
-        quiet: dict[Group, tuple[str, bytes]] = {}  # the usage's hierarchy and directory
+        # the usage's hierarchy and directory (looked up below by `group_of`'s answer, None
+        # included: it finds nothing)
+        quiet: dict[Group | None, tuple[str, bytes]] = {}
         for group, now in early.items():
             if (
                 group in self._read_early
@@ -390,6 +394,7 @@ class Engine:
                     quiet[group] = (hierarchy, where)
         if not quiet:
             return None
+        answers: dict[bytes, bool]
         grouper, answers = self.grouper, {}
 
         def in_quiet(cgroup_text: bytes) -> bool:
@@ -424,7 +429,13 @@ class Engine:
         return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
 
 
-_LEFT_OUT = object()
+class _LeftOut(Enum):
+    """`_LEFT_OUT`'s type: a one-member Enum, a sentinel the checker tells from a group."""
+
+    LEFT_OUT = "left out"
+
+
+_LEFT_OUT: Final = _LeftOut.LEFT_OUT
 """A group `--pods-only` leaves out (`Engine._group_of_text`)."""
 
 
@@ -444,5 +455,5 @@ def _locations(dirs: CgroupDirs) -> list[Location]:
 
 @dataclass(frozen=True, slots=True)
 class _CgroupPass:
-    advance: CgroupAdvance
+    advance: CgroupAdvance[Group]
     read: frozenset[Group]  # the groups whose cgroup was read this pass

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -189,15 +189,23 @@ def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, mem
     return found
 
 
+# (overloaded for the checker: the default `make` makes `ExitRecord`s, which a default
+# cannot say of a type variable)
+@overload
+def parse_messages(data: bytes, received_ns: int) -> tuple[list[ExitRecord], int | None]: ...
+@overload
 def parse_messages(
-    data: bytes, received_ns: int, make: Callable[[bytes, int], T | None] = parse_stats
-) -> tuple[list[T], int | None]:
+    data: bytes, received_ns: int, make: Callable[[bytes, int], T | None]
+) -> tuple[list[T], int | None]: ...
+def parse_messages(
+    data: bytes, received_ns: int, make: Callable[[bytes, int], object] = parse_stats
+) -> tuple[Sequence[object], int | None]:
     """The exit records of what one read of the socket gave (netlink messages, each a
     generic netlink header and the attributes AGGR_PID, holding PID and STATS, or AGGR_TGID,
     holding TGID and the process's delay sums), each made by `make` (an `ExitRecord`, or
     packed); and the error an NLMSG_ERROR message carried (0: an ack; None: no such
     message). A process's AGGR_TGID sums are its tasks' own records again: not taken."""
-    records: list[T] = []
+    records: list[object] = []
     error: int | None = None
     offset = 0
     while offset + 16 <= len(data):

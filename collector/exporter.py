@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client import generate_latest as client_text
@@ -26,7 +27,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as client_o
 
 from collector import __version__
 from collector.aggregate import FootprintSums
-from collector.engine import Engine, PassResult
+from collector.engine import PassResult
 from collector.exposition import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
@@ -85,12 +86,20 @@ class _LastGoodPass:
     cpusets: Mapping[Group, CpuSet] = field(default_factory=dict)
 
 
+class PassEngine(Protocol):
+    """What `PassLoop` runs passes of: a `collector.engine.Engine`, or an engine that
+    makes its groups up (collector/bench/latency.py). (Its `cgroupfs` and `exits` are
+    looked for too, where it has them.)"""
+
+    def run_pass(self) -> PassResult: ...
+
+
 class PassLoop:
     """Runs passes of an `Engine` every `interval` seconds and publishes snapshots."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: PassEngine,
         interval: float,
         monotonic: Callable[[], float] = time.monotonic,
         version: str = __version__,
@@ -554,6 +563,7 @@ def make_server(
 ) -> MetricsServer:
     """Bind the HTTP server now, so that a bad address fails before anything starts."""
     host, port = parse_listen_address(address)
+    candidates: list[tuple[socket.AddressFamily, tuple[str, int] | tuple[int, bytes]]]
     if host == "":
         candidates = [(socket.AF_INET6, ("::", port)), (socket.AF_INET, ("0.0.0.0", port))]
         if not socket.has_ipv6:

@@ -21,7 +21,7 @@ from prometheus_client.utils import floatToGoString
 try:  # ISA-L's deflate (python-isal): ~3.5x the speed of zlib's level 1, as small a page
     from isal import isal_zlib as deflate
 except ImportError:  # no wheel for this machine: the standard library's
-    import zlib as deflate
+    import zlib as deflate  # type: ignore[no-redef]  # (the same functions, another module)
 
 from collector.aggregate import FootprintSums
 from collector.groups import Group
@@ -178,7 +178,9 @@ class GroupFamily:
         if self.label:
             assert isinstance(value, tuple)
             labels, value = (*labels, (self.label, value[0])), value[1]
-        return b"%s%s %d\n" % (
+        # `value` is a number here: a tuple only where the family has a label (taken apart
+        # above), which the checker cannot tie to `self.label` (and no check on each line)
+        return b"%s%s %d\n" % (  # type: ignore[str-format]
             _name_bytes(self.name, self.suffix),
             _label_bytes(labels),
             value,
@@ -236,8 +238,9 @@ def group_families(shapes: Shapes) -> tuple[GroupFamily, ...]:
     return tuple(families)
 
 
-def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[[object], tuple]:
-    """A group's values for `fields`, from its entry in one source mapping, as a tuple."""
+def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[..., tuple]:
+    """A group's values for `fields`, from its entry in one source mapping, as a tuple.
+    (Called with the entry, of whatever type that source holds: chosen by its name.)"""
     if source == "cpusets":  # a CpuSet: its list (a label) and its count
         return lambda cpuset: (tuple(cpuset),)
     if source == "totals":
@@ -563,7 +566,9 @@ class _SourceLines:
             for index, family in enumerate(families):
                 column = old_lines[index]
                 lines = [
-                    column[at]
+                    # (`at` is None only where `old` is: `position` and `rows` had the
+                    # same groups; the checker cannot tie them)
+                    column[at]  # type: ignore[index]
                     if old is not None and old[index] == values[index]
                     else family.line(group, values[index])
                     for group, values, old, at in known

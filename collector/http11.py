@@ -254,7 +254,7 @@ def _escape(c: str) -> str:
 def has_token(header: str | None, token: str) -> bool:
     """Whether a header that is a list of tokens (Connection; RFC 9110 §7.6.1) lists
     `token` (lower case): among them, not inside one."""
-    return bool(header) and token in (part.strip().lower() for part in header.split(","))
+    return bool(header and token in (part.strip().lower() for part in header.split(",")))
 
 
 def accepted(header: str | None, token: str, wildcard: str | None = "*") -> bool:

@@ -92,7 +92,9 @@ class Deferred:
 
     __slots__ = ("aside", "gate", "work")
 
-    def __init__(self, work: Callable[[], Response], gate: bool = False, aside: bool = False):
+    def __init__(
+        self, work: Callable[[], Response | Deferred], gate: bool = False, aside: bool = False
+    ):
         self.work = work
         self.gate = gate
         self.aside = aside
@@ -462,6 +464,8 @@ class _Connection(asyncio.Protocol):
             if place != _REQUEST:
                 self.admission.leave(place)
         if place == _REQUEST:
+            # only a gate's answer is another `Deferred` (a view), and a gate holds no place
+            assert isinstance(answer, Response)
             if self._respond(request, close, answer):
                 self._finish(close)
         elif self.closing:

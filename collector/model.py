@@ -284,7 +284,9 @@ class CpuSet(NamedTuple):
     have; and how many."""
 
     cpus: str
-    count: int
+    # (a NamedTuple field may hide tuple's method `count`, which nothing calls on a
+    # CpuSet; mypy takes the field for a wrong override of the method)
+    count: int  # type: ignore[assignment]
 
 
 EXIT_OUTCOMES = ("closed", "born", "read", "counter_fell", "unmatched", "late", "unplaced")

@@ -20,7 +20,7 @@ import heapq
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from collector.groups import Group
 from collector.model import FIELD_NAMES, CgroupFields, Fields
@@ -82,6 +82,7 @@ class Query:
             raise QueryError(f"malformed query string: {error}") from None
         seen: set[str] = set()
         filters: list[tuple[str, str]] = []
+        limit: int | None
         sort, limit = DEFAULT_SORT, DEFAULT_LIMIT
         for name, value in pairs:
             if name in seen:
@@ -149,7 +150,7 @@ class ProcessTable:
             return sorted(rows, key=key)
         return heapq.nsmallest(query.limit, rows, key=key)
 
-    def _rows(self, matches) -> Iterator[Row]:
+    def _rows(self, matches: Callable[[Group | None], TypeGuard[Group]]) -> Iterator[Row]:
         group_of = self.group_of_pid
         for reading, fields, _born in self.deltas:
             group = group_of.get(reading.pid)
@@ -182,12 +183,12 @@ class ProcessTable:
         return {g for g in groups if query.matches(g.label_dict())}
 
 
-def _matcher(query: Query) -> Callable[[Group | None], bool]:
+def _matcher(query: Query) -> Callable[[Group | None], TypeGuard[Group]]:
     """Whether a group (None: a process left out of the sums) is one the query matches,
     each group's labels matched once."""
     matched: dict[Group, bool] = {}
 
-    def matches(group: Group | None) -> bool:
+    def matches(group: Group | None) -> TypeGuard[Group]:
         if group is None:
             return False
         answer = matched.get(group)

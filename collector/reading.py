@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, ItemsView
 from dataclasses import replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from collector.model import (
     WHOLE_READ_PASSES,
@@ -112,7 +112,9 @@ class _Block(NamedTuple):
     due: dict[int, list[int]]  # pid % K → those PIDs (empty where there is no bound)
 
     @staticmethod
-    def of(cgroup: bytes, members: dict[int, tuple[int, ProcessReading]], every: int | None):
+    def of(
+        cgroup: bytes, members: dict[int, tuple[int, ProcessReading]], every: int | None
+    ) -> _Block:
         """A block of `members` (pid → (inode, last reading)), all of cgroup `cgroup`."""
         readings = {pid: reading for pid, (_, reading) in members.items()}
         due: dict[int, list[int]] = {}
@@ -138,7 +140,7 @@ _LEADER = -1  # the inode stand-in of a leader known by its process's start time
 # -- the shortcuts, each the kernel fact it rests on ---------------------------------------
 
 
-def same_thread(old: _ThreadSeen | None, ino: int) -> bool:
+def same_thread(old: _ThreadSeen | None, ino: int) -> TypeGuard[_ThreadSeen]:
     """The thread listed under `task/<tid>` with inode `ino` is the one seen last pass.
 
     Kernel fact: procfs gives each `task/<tid>` directory a fresh inode number when it
@@ -183,7 +185,7 @@ def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
     return io_totals is not None and io_totals == previous.io_totals
 
 
-def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> bool:
+def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> TypeGuard[_Seen]:
     """The process listed now is the one last pass saw, and its cgroup is settled: the
     same `<pid>` directory inode (procfs gives a new process a fresh one) and a `cgroup`
     file read the same twice running (or carried since). Every whole-process shortcut
@@ -319,6 +321,8 @@ class Reader:
         one."""
         passes, every, previous_pass = self._passes, self.whole_read_passes, self._previous
         kept: set[int] = set()
+        block: _Block | None  # last pass's, then (below) the one a joining cgroup has
+        members: dict[int, tuple[int, ProcessReading]] | None
         due_now = None if every is None else -passes % every  # pid % K of those due
         listed_items = present.items()
         for cgroup, block in self._blocks.items():
@@ -373,12 +377,11 @@ class Reader:
         saw of this PID. (A process of a quiet cgroup was carried by
         `read_pass` before this.)"""
         whole = whole_read_due(pid, self._passes, self.whole_read_passes)
-        known = known_since(previous, ino, confirmed)
         probe = _NO_PROBE
         # Not after a read with no probe: that read took `stat` before its threads'
         # `schedstat`, so a thread that ran in between left `stat` behind, and such a
         # read counts each thread that moved, or every thread if read whole, as having run.
-        if known and not whole and not previous.ran:
+        if known_since(previous, ino, confirmed) and not whole and not previous.ran:
             probe = self._probe(pid, previous)
             if probe.quiet:
                 return self._carry(pid, previous, self.clock()), True

@@ -325,11 +325,13 @@ class Tracker:
                 if lost is not None and old is not None:
                     lost.add(pid)
                 continue  # a zombie whose exit record closed its last interval: nothing new
-            if same_process and reading.threads is old.threads:
+            # (`same_process` holds only where `old` is not None: mypy does not narrow
+            # through a condition kept in a variable)
+            if same_process and reading.threads is old.threads:  # type: ignore[union-attr]
                 # The reader's very readings of last pass (a quiet process): zero deltas.
                 thread_sums, thread_refusals = _NO_THREAD_DELTA, None
             else:
-                old_threads = old.threads if same_process else ()
+                old_threads = old.threads if same_process else ()  # type: ignore[union-attr]
                 thread_sums, thread_refusals, matched = self._guard_threads(reading, old_threads)
                 if lost is not None and old is not None and matched < len(old.threads):
                     lost.add(pid)
@@ -452,8 +454,8 @@ class Tracker:
                     result.outcomes["counter_fell"] += 1
                     continue
                 if fields is _READ:  # a pass read it after its exit: nothing left
-                    if held and record.last:
-                        self._closed[tgid] = process.start_ticks
+                    if held and record.last:  # (`held` was set with `process`: not None)
+                        self._closed[tgid] = process.start_ticks  # type: ignore[union-attr]
                     result.outcomes["read"] += 1
                     continue
             elif born:
@@ -522,6 +524,7 @@ class Tracker:
     ):
         """The pass is taken whole: nothing fails from here on."""
         cache, since_of = self._cache, self._since
+        instant: _Instant | None  # a carried one, then (below) a gone process's, if any
         for instant, ns in carry.moves:
             instant.ns = ns
         for pid, instant in carry.instants:

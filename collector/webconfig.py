@@ -423,7 +423,7 @@ def _in_a_thread(work: Callable[[], None]) -> None:
 def _stamp(paths: tuple[str, ...]) -> tuple:
     """What tells that a file changed: its device, inode, size and times, or why it
     cannot be looked at."""
-    stamps = []
+    stamps: list[tuple[str | int | None, ...]] = []
     for path in paths:
         try:
             st = os.stat(path)

@@ -263,14 +263,14 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "reading/probe-ran-dropped", READING,
-        "if known and not whole and not previous.ran:",
-        "if known and not whole:",
+        "if known_since(previous, ino, confirmed) and not whole and not previous.ran:",
+        "if known_since(previous, ino, confirmed) and not whole:",
         "a process that ran during its last read is probed: the threads' schedstat proves nothing",
     )  # fmt: skip
     yield m(
         "reading/probe-whole-dropped", READING,
-        "if known and not whole and not previous.ran:",
-        "if known and not previous.ran:",
+        "if known_since(previous, ino, confirmed) and not whole and not previous.ran:",
+        "if known_since(previous, ino, confirmed) and not previous.ran:",
         "a quiet process due to be read whole is carried by its probe instead",
     )  # fmt: skip
     yield m(
@@ -402,8 +402,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "cgroupfs/pressure-identity-dropped", CGROUPFS,
-        "same = previous is not None and v2.ident in previous.identity",
-        "same = previous is not None",
+        "if previous is not None and v2.ident in previous.identity  # the same cgroup",
+        "if previous is not None  # the same cgroup",
         "a v2 cgroup made anew keeps the old one's PSI totals",
     )  # fmt: skip
     yield m(
@@ -604,8 +604,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "tracker/gone-instant-kept", TRACKER,
-        "del cache[pid]\n            since_of.pop(pid, None)",
-        "del cache[pid]",
+        "instant = since_of.pop(pid, None)",
+        "instant = since_of.get(pid)",
         "the instant of a gone process is never dropped: memory beyond the table",
     )  # fmt: skip
     yield m(
@@ -736,8 +736,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "listener/pipelined-unpaused", LISTENER,
-        "if self.busy and len(self.buffer) > MAX_HEAD_BYTES and not self.paused:",
-        "if False:",
+        "over = len(self.buffer) > MAX_HEAD_BYTES",
+        "over = False",
         "a client pipelining behind a request in flight fills the server's memory",
     )  # fmt: skip
     yield m(
@@ -776,8 +776,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "webconfig/dummy-hash-dropped", WEBCONFIG,
-        "hashed or self._dummy)",
-        'hashed or b"")',
+        "if hashed is None:\n            checks = [self._dummies[highest]]",
+        "if hashed is None:\n            return False",
         "an unknown user is answered at once: the time tells which users exist",
     )  # fmt: skip
     yield m(
@@ -788,8 +788,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "webconfig/long-password-not-cut", WEBCONFIG,
-        "bcrypt.checkpw(password[:BCRYPT_MAX_BYTES],",
-        "bcrypt.checkpw(password,",
+        "password = password[:BCRYPT_MAX_BYTES]\n        hashed = self.users.get(user)",
+        "hashed = self.users.get(user)",
         "a user whose password is longer than 72 bytes can never log in",
     )  # fmt: skip
     yield m(
@@ -825,8 +825,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "waits/own-threads-uncapped", WAITS,
-        "own = min(left, max(0, runnable - node.cpus * node.interval_ns))",
-        "own = max(0, runnable - node.cpus * node.interval_ns)",
+        "own = min(left, max(0, runnable - (cpus or node.cpus) * node.interval_ns))",
+        "own = max(0, runnable - (cpus or node.cpus) * node.interval_ns)",
         "the own-threads part counts wait the quota already explained, twice",
     )  # fmt: skip
     yield m(
@@ -917,8 +917,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "exporter/pass-makes-the-view", EXPORTER,
-        "            PassView.of(result),\n        )\n",
-        "            PassView.of(result),\n        )\n"
+        "            PassView.of(result),\n            result.cpusets,\n        )\n",
+        "            PassView.of(result),\n            result.cpusets,\n        )\n"
         "        self._data.view.document(Query(limit=None))\n",
         "every pass pays for a view nobody asked for",
     )  # fmt: skip

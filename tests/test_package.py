@@ -113,3 +113,23 @@ def test_the_version_is_spelled_once():
     }
     # CHANGELOG.md names each release by its version.
     assert spelled == {"pyproject.toml", "CHANGELOG.md", *GENERATED_WITH_VERSION}
+
+
+def test_the_annotations_check():
+    """mypy over collector/ at `[tool.mypy]`'s strictness: a wrong annotation fails here,
+    not in a reader's head."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert result.stdout.startswith("Success: no issues found in ")
+
+
+def test_each_mutant_of_the_catalogue_finds_its_code():
+    """`python -m tests.mutation` edits the code by its text: each original snippet must be
+    in its file exactly once and each edit compile, or the catalogue has rotted under a
+    change (its own run refuses to start then; this says so at once)."""
+    from tests.mutation import MUTANTS, problems_in
+
+    assert problems_in(MUTANTS, ROOT) == []

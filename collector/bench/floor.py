@@ -71,6 +71,7 @@ def pass_worker(options: str) -> None:
     answers its CPU and wall seconds; the end of its input ends it. A process of its own,
     as in a running collector: its garbage collector scans its own objects only
     (variants sharing one process would each pay for scanning the others' caches)."""
+    action: Callable[[], object]
     if options:  # as `serve` builds it
         action = build_engine(Options(**json.loads(options)), freeze_gc=True).run_pass
     else:
@@ -87,6 +88,7 @@ def measured_apart(parties: list[Options | None]) -> Iterator[list[Callable[[], 
     started: list[subprocess.Popen[str]] = []
 
     def one_pass(worker: subprocess.Popen[str]) -> Sample:
+        assert worker.stdin is not None and worker.stdout is not None  # PIPEs (below)
         worker.stdin.write("pass\n")
         worker.stdin.flush()
         answer = worker.stdout.readline().split()
@@ -112,6 +114,7 @@ def measured_apart(parties: list[Options | None]) -> Iterator[list[Callable[[], 
         yield [functools.partial(one_pass, worker) for worker in started]
     finally:
         for worker in started:
+            assert worker.stdin is not None and worker.stdout is not None  # PIPEs (above)
             with contextlib.suppress(OSError):
                 worker.stdin.close()
             try:

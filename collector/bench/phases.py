@@ -276,17 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         parser.exit(1, "phases: needs root (it makes pod cgroups)\n")
     load = read_file("/proc/loadavg").split()[:3]
-    with (
-        pid_room(args.processes * 3),
-        pod_cgroups(args.pods) as pods_file,
-        synthetic_table(args.processes, f"mixed:{args.running}", pods_file=pods_file),
-        pod_names(pods_file) as (pod_logs, container_logs),
-    ):
-        options = Options(pod_logs=pod_logs, container_logs=container_logs)
-        floor: dict[str, list[float]] = defaultdict(list)
-        beside = functools.partial(floor_split, floor)
-        served = served_phases(options, args.passes, args.warmup, args.interval, beside)
-        procs, threads = naive_pass()
+    with pid_room(args.processes * 3), pod_cgroups(args.pods) as pods_file:
+        assert pods_file is not None  # made for --pods, positive (above)
+        with (
+            synthetic_table(args.processes, f"mixed:{args.running}", pods_file=pods_file),
+            pod_names(pods_file) as (pod_logs, container_logs),
+        ):
+            options = Options(pod_logs=pod_logs, container_logs=container_logs)
+            floor: dict[str, list[float]] = defaultdict(list)
+            beside = functools.partial(floor_split, floor)
+            served = served_phases(options, args.passes, args.warmup, args.interval, beside)
+            procs, threads = naive_pass()
     heading = (
         f"pods{args.running} N={args.processes}: {procs} processes, {threads} threads, "
         f"{args.pods} pod cgroups ({args.running} running); {args.passes} passes, "

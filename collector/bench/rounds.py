@@ -59,6 +59,11 @@ class TableResult:
         return statistics.median(self.ratios)
 
 
+def _kept_in(out: list[Sample], run_pass: Callable[[], Sample]) -> Callable[[], None]:
+    """A step of a round: one pass of a party, its sample added to `out`."""
+    return lambda: out.append(run_pass())
+
+
 def bench_table(
     name: str,
     processes: int,
@@ -98,8 +103,7 @@ def bench_table(
         for round_ in range(rounds):
             time.sleep(pause)
             steps: list[Callable[[], None]] = [
-                (lambda run_pass=run_pass, out=out: out.append(run_pass()))
-                for run_pass, out in zip(engines, ours, strict=True)
+                _kept_in(out, run_pass) for run_pass, out in zip(engines, ours, strict=True)
             ]
             steps.append(lambda: naive.append(floor_pass()))
             shift = round_ % len(steps)

@@ -87,6 +87,7 @@ def synthetic_table(
         text=True,
     )  # fmt: skip
     try:
+        assert table.stdout is not None  # a PIPE
         if table.stdout.readline().strip() != "ready":
             raise RuntimeError("the synthetic table did not start")
         yield table

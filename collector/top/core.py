@@ -148,14 +148,16 @@ def one_interval(viewer: Viewer, interval: float, sleep=time.sleep) -> View:
     """`--format json`: one interval. Own passes: two, `interval` apart. From a server:
     one GET (with --threads, the threads read twice, `interval` apart)."""
     first = viewer.step()
-    if first is not None and viewer.threads is None:
-        return first
-    sleep(interval)
-    if first is not None:  # from a server, with --threads: read the same PIDs again
+    if first is not None:  # from a server
+        if viewer.threads is None:
+            return first
+        sleep(interval)
+        # with --threads: read the same PIDs again
         first.threads = viewer.threads.read(first.pids)
         first.threads_interval_ns = viewer.threads.interval_ns
         first.cut(viewer.selection)
         return first
+    sleep(interval)
     view = viewer.step()
     if view is None:
         raise TopError("the pass over the proc filesystem failed; see the log")

@@ -154,6 +154,7 @@ class RemoteSource:
         and the document's shape is checked before anything is drawn."""
         where = f"--from {self.origin}"
         parts = urllib.parse.urlsplit(self.url)
+        assert parts.hostname is not None  # `processes_url` refuses a URL without a host
         # The socket is this function's own (below), TLS included: the connection only
         # speaks HTTP over it.
         port = parts.port or (80 if self.context is None else 443)

@@ -107,7 +107,7 @@ def run_live(viewer: Viewer, selection: Selection, interval: float) -> None:
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
-        if saved is not None:
+        if fd is not None and saved is not None:  # (saved: a terminal's, so with its fd)
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
