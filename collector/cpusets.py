@@ -39,7 +39,9 @@ def parse_cpu_list(data: bytes) -> int:
         return 0
     for part in text.split(b","):
         first, dash, last = part.partition(b"-")
-        if not first.isdigit() or (dash and not last.isdigit()):
+        # a CPU number is below 1 << 16: five digits at most (and int() takes no more
+        # than 4,300 without raising ValueError)
+        if not first.isdigit() or (dash and not last.isdigit()) or max(len(first), len(last)) > 5:
             raise Malformed("cpuset", data)
         low, high = int(first), int(last) if dash else int(first)
         if high < low or high >= 1 << 16:

@@ -38,7 +38,10 @@ def _natural(token: bytes, what: str, text: bytes) -> int:
     """A non-negative decimal integer, or Malformed."""
     if not token.isdigit():
         raise Malformed(what, text)
-    return int(token)
+    try:
+        return int(token)
+    except ValueError:  # more digits than int() takes
+        raise Malformed(what, text) from None
 
 
 def parse_stat(data: bytes) -> Stat:
@@ -69,17 +72,20 @@ def parse_stat(data: bytes) -> Stat:
         and rss.isdigit()
     ):
         raise Malformed("stat", data)
-    return build(Stat, (
-        int(pid),
-        data[open_paren + 1 : close_paren].decode("utf-8", "backslashreplace"),
-        rest[0].decode("ascii", "replace"),
-        int(threads),
-        int(start),
-        int(utime),
-        int(stime),
-        int(majflt),
-        int(rss),
-    ))  # fmt: skip
+    try:
+        return build(Stat, (
+            int(pid),
+            data[open_paren + 1 : close_paren].decode("utf-8", "backslashreplace"),
+            rest[0].decode("ascii", "replace"),
+            int(threads),
+            int(start),
+            int(utime),
+            int(stime),
+            int(majflt),
+            int(rss),
+        ))  # fmt: skip
+    except ValueError:  # more digits than int() takes
+        raise Malformed("stat", data) from None
 
 
 def parse_start_ticks(data: bytes) -> int:
@@ -97,7 +103,10 @@ def parse_schedstat(data: bytes) -> SchedStat:
     if len(parts) == 3:
         on_cpu, run_delay, timeslices = parts
         if (on_cpu + run_delay + timeslices).isdigit():  # one check for the three
-            return build(SchedStat, (int(on_cpu), int(run_delay), int(timeslices)))
+            try:
+                return build(SchedStat, (int(on_cpu), int(run_delay), int(timeslices)))
+            except ValueError:  # more digits than int() takes
+                raise Malformed("schedstat", data) from None
     raise Malformed("schedstat", data)
 
 
@@ -114,14 +123,20 @@ def _line_value(data: bytes, key: bytes, what: str) -> int:
     value = data[start:end].strip() if end >= 0 else data[start:].strip()
     if not value.isdigit():
         raise Malformed(what, data)
-    return int(value)
+    try:
+        return int(value)
+    except ValueError:  # more digits than int() takes
+        raise Malformed(what, data) from None
 
 
 def parse_status_switches(data: bytes) -> Switches:
     """The two context-switch lines of `status`; every other line is ignored."""
     match = _SWITCHES.search(data, len(data) - _SWITCHES_SPAN)
     if match is not None:
-        return build(Switches, (int(match[1]), int(match[2])))
+        try:
+            return build(Switches, (int(match[1]), int(match[2])))
+        except ValueError:  # more digits than int() takes
+            raise Malformed("status", data) from None
     return Switches(
         _line_value(data, b"\nvoluntary_ctxt_switches:", "status"),
         _line_value(data, b"\nnonvoluntary_ctxt_switches:", "status"),
@@ -132,7 +147,10 @@ def parse_io(data: bytes) -> IOBytes:
     """`read_bytes` and `write_bytes` of `io`: storage traffic, not `rchar`/`wchar`."""
     match = _IO.search(data)
     if match is not None:
-        return build(IOBytes, (int(match[1]), int(match[2])))
+        try:
+            return build(IOBytes, (int(match[1]), int(match[2])))
+        except ValueError:  # more digits than int() takes
+            raise Malformed("io", data) from None
     return IOBytes(
         _line_value(data, b"\nread_bytes:", "io"),
         _line_value(data, b"\nwrite_bytes:", "io"),
@@ -156,13 +174,16 @@ def parse_cgroup(data: bytes) -> tuple[CgroupLine, ...]:
         if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith(b"/"):
             raise Malformed("cgroup", data)
         controllers = tuple(c for c in parts[1].decode("utf-8", "replace").split(",") if c)
-        lines.append(
-            CgroupLine(
-                hierarchy=int(parts[0]),
-                controllers=controllers,
-                path=parts[2].decode("utf-8", "surrogateescape"),
+        try:
+            lines.append(
+                CgroupLine(
+                    hierarchy=int(parts[0]),
+                    controllers=controllers,
+                    path=parts[2].decode("utf-8", "surrogateescape"),
+                )
             )
-        )
+        except ValueError:  # more digits than int() takes
+            raise Malformed("cgroup", data) from None
     if not lines:
         raise Malformed("cgroup", data)
     return tuple(lines)
@@ -175,7 +196,10 @@ def parse_flat_keyed(data: bytes, what: str = "cpu.stat") -> dict[bytes, int]:
     parts = data.split()
     # two tokens on every line, every second one a number: one check for the whole file
     if parts and len(parts) == 2 * data.count(b"\n") and b"".join(parts[1::2]).isdigit():
-        return dict(zip(parts[0::2], map(int, parts[1::2]), strict=True))
+        try:
+            return dict(zip(parts[0::2], map(int, parts[1::2]), strict=True))
+        except ValueError:  # more digits than int() takes
+            raise Malformed(what, data) from None
     values: dict[bytes, int] = {}
     for line in data.splitlines():
         fields = line.split()
@@ -183,7 +207,10 @@ def parse_flat_keyed(data: bytes, what: str = "cpu.stat") -> dict[bytes, int]:
             continue
         if len(fields) != 2 or not fields[1].isdigit():
             raise Malformed(what, data)
-        values[fields[0]] = int(fields[1])
+        try:
+            values[fields[0]] = int(fields[1])
+        except ValueError:  # more digits than int() takes
+            raise Malformed(what, data) from None
     if not values:
         raise Malformed(what, data)
     return values
@@ -201,7 +228,10 @@ def parse_pressure(data: bytes, what: str = "pressure") -> Pressure:
     match = _PRESSURE.fullmatch(data)
     if match is not None:
         full = match[2]
-        return build(Pressure, (int(match[1]), None if full is None else int(full)))
+        try:
+            return build(Pressure, (int(match[1]), None if full is None else int(full)))
+        except ValueError:  # more digits than int() takes
+            raise Malformed(what, data) from None
     totals: dict[bytes, int] = {}
     for line in data.splitlines():
         parts = line.split()
@@ -222,7 +252,10 @@ def parse_cpu_max(data: bytes) -> tuple[int | None, int]:
     if len(parts) != 2 or not (parts[0] == b"max" or parts[0].isdigit()):
         raise Malformed("cpu.max", data)
     period = _natural(parts[1], "cpu.max", data)
-    return (None if parts[0] == b"max" else int(parts[0])), period
+    try:
+        return (None if parts[0] == b"max" else int(parts[0])), period
+    except ValueError:  # more digits than int() takes
+        raise Malformed("cpu.max", data) from None
 
 
 def parse_cfs_quota(data: bytes) -> int | None:

@@ -3,11 +3,11 @@ guarded deltas, forgotten after a group is gone."""
 
 from collector.aggregate import Totals, group_pass
 from collector.groups import Group, Grouper
-from collector.model import Fields
+from collector.model import CgroupFields, Fields
 from collector.plainread import Carried, Footprint
 from collector.podnames import PodNames
-from collector.tracker import CarriedDelta, ProcessDelta
-from tests.test_tracker import SEC, proc
+from collector.tracker import CarriedDelta, ProcessDelta, Tracker
+from tests.test_tracker import HZ, SEC, proc
 
 POD = Group("pod", (("namespace", "a"), ("pod", "b"), ("uid", "u"), ("qos", "burstable")))
 HOST = Group("cgroup", (("cgroup", "/system.slice"),))
@@ -132,3 +132,97 @@ def test_a_process_read_with_a_malformed_cgroup_file_is_counted_once_and_left_ou
     assert grouped.malformed_pids == {10}
     assert grouped.intervals == {group_of(good.cgroup): Fields(processes=1, on_cpu_nanos=7)}
     assert parsed.count(bad.cgroup) == 1
+
+
+def test_by_default_totals_are_forgotten_three_passes_after_the_last_sighting():
+    """docs/reference.md §5: a group's `_total` series are gone three passes after its
+    last process; that is `Totals()`'s own default, the one the engine is built with."""
+    totals = Totals()
+    totals.add_pass({POD: Fields(processes=1, on_cpu_nanos=5)}, [POD])
+    totals.add_pass({}, [])
+    totals.add_pass({}, [])
+    assert totals.snapshot()[POD]["on_cpu_nanos"] == 5  # two passes gone: still there
+    totals.add_pass({}, [])
+    assert POD not in totals.snapshot()
+
+
+def test_a_group_seen_but_never_given_a_delta_is_forgotten_like_any_other():
+    """A group every pass saw without a delta (its processes first seen, or its cgroup
+    read and refused) has no totals: forgetting it three passes after its last sighting
+    lets go of the sighting alone, and the pass that does so completes (no totals to
+    drop is not an error); nothing of it is ever in the snapshot."""
+    totals = Totals(forget_after=3)
+    totals.add_pass({}, [HOST])
+    totals.add_pass({POD: Fields(processes=1, on_cpu_nanos=5)}, [HOST, POD])
+    for _ in range(3):
+        totals.add_pass({}, [])
+        assert HOST not in totals.snapshot()
+    assert totals.snapshot() == {}
+    totals.add_pass({}, [])  # and the passes after it go on
+    assert totals.snapshot() == {}
+
+
+def test_a_gone_groups_cgroup_totals_are_forgotten_with_it():
+    """A deleted pod's cgroup counters (§7) go as its process counters do: three passes
+    after the last pass that saw it (its processes or its cgroup), no series of it is
+    left, whether a process of it ever contributed or its cgroup alone gave deltas."""
+    totals = Totals(forget_after=3)
+    usage = CgroupFields(cgroup_cpu_nanos=7, cpu_periods=3)
+    totals.add_pass(
+        {POD: Fields(processes=1, on_cpu_nanos=5)}, [POD, HOST], {POD: usage, HOST: usage}
+    )
+    assert totals.snapshot()[POD]["cgroup_cpu_nanos"] == 7
+    assert totals.snapshot()[HOST] == {"cgroup_cpu_nanos": 7, "cpu_periods": 3}
+    totals.add_pass({}, [])
+    totals.add_pass({}, [])
+    assert {POD, HOST} <= totals.snapshot().keys()
+    totals.add_pass({}, [])
+    assert totals.snapshot() == {}
+
+
+def test_a_malformed_cgroup_file_hides_no_process_after_it():
+    """A process whose cgroup file does not parse is left out alone: every process after
+    it in the pass is still placed, its footprint summed into its group."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    cgroup = b"0::/system.slice/busy.service\n"
+    grouped = group_pass(
+        [],
+        [Footprint(10, b"garbage\n", 1, 0), Footprint(20, cgroup, 3, 4096),
+         Footprint(21, cgroup, 1, 100)],
+        grouper,
+    )  # fmt: skip
+    group = grouper.group_of(cgroup)
+    assert grouped.malformed_pids == {10}
+    footprint = grouped.footprints[group]
+    assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (2, 4, 4196)
+    assert grouped.group_of_pid == {10: None, 20: group, 21: group}
+
+
+def test_a_block_accepted_in_part_counts_each_of_its_processes_once():
+    """A carried block the guard accepted in part: its accepted members are counted by
+    the block, its refused one by its own delta (guarded as read), so the group's
+    `processes` is the block's size, never the block's size plus the refused ones, and
+    its observed time is each member's once."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"))
+    cgroup = b"0::/system.slice/idle.service\n"
+
+    def reading(pid, at, user):
+        return proc(pid, 5_000, at, user=user)._replace(cgroup=cgroup)
+
+    tracker = Tracker(HZ)
+    tracker.advance([reading(10, 100 * SEC, 1), reading(11, 100 * SEC, 1)], 100 * SEC)
+    cached = [reading(10, 200 * SEC, 2), reading(11, 200 * SEC, 2)]
+    tracker.advance(cached, 200 * SEC)
+    # 10 carried as cached; 11 carried with a reading the guard never had (its cached one
+    # is last pass's): refused as a carry, guarded as read
+    moved = reading(11, 250 * SEC, 4)
+    block = Carried(cgroup, {10: cached[0], 11: moved}, 2, 0)
+    advance = tracker.advance([], 300 * SEC, [block], 300 * SEC)
+    assert [dict(d.readings) for d in advance.carried] == [{10: cached[0]}]
+    assert [d.reading.pid for d in advance.deltas] == [11]
+    grouped = group_pass(advance.deltas, [], grouper, advance.carried)
+    interval = grouped.intervals[grouper.group_of(cgroup)]
+    assert interval.processes == 2
+    assert interval.observed_nanos == 100 * SEC + 50 * SEC
+    assert interval.cpu_user_nanos == 2 * 10_000_000
+    assert grouped.footprints[grouper.group_of(cgroup)].processes == 2

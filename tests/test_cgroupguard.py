@@ -91,7 +91,7 @@ PASSES = [
         },
     ),
     Row(
-        "a container restarted under the same name (new inode): counted whole; one gone: lost",
+        "a container restarted under the same name (new inode): counted whole",
         {
             POD: reading(
                 usage=5000,
@@ -250,3 +250,84 @@ def test_bandwidth_counters_that_appear_give_no_causes_that_pass():
         0,
         8_000_000,
     )
+
+
+def test_a_pod_with_two_throttled_containers_sums_the_throttling_of_both():
+    """The bandwidth counters are the kernel's per cgroup: a pod's are the sum over its
+    own cgroup and every container below it, each one's difference added to the others'
+    (periods, throttled periods, throttled time, and the wall time each quota throttled
+    it, the part of `full` that is the quota's), never only the last container's."""
+    tracker = CgroupTracker()
+    tracker.advance(
+        {
+            POD: reading(
+                usage=0,
+                bandwidth=(bw(b"", 7, 10, 0, 0), bw(b"/c1", 8, 10, 2, 100),
+                           bw(b"/c2", 9, 10, 3, 300)),
+                cpu=Pressure(0, 0),
+            )
+        }
+    )  # fmt: skip
+    now = reading(
+        usage=S,
+        bandwidth=(bw(b"", 7, 20, 0, 0), bw(b"/c1", 8, 20, 5, 400), bw(b"/c2", 9, 25, 7, 1000)),
+        cpu=Pressure(10, 5),
+    )
+    outcome = tracker.advance({POD: now})
+    assert dict(outcome.refused) == {}
+    delta = outcome.deltas[POD]
+    assert delta.cpu_periods == 10 + 10 + 15
+    assert delta.cpu_throttled_periods == 0 + 3 + 4
+    assert delta.cpu_throttled_nanos == 0 + 300 + 700
+    # no quota read: each container's throttled time is its wall time (collector/waits.py)
+    assert delta.cpu_stalled_throttled_nanos == 300 + 700
+    assert delta.cpu_stalled_neighbours_nanos == 5000 - 1000
+
+
+def test_a_container_cgroup_that_disappears_loses_only_its_own_last_interval():
+    """A container whose cgroup is gone since the last pass (it exited, its cgroup was
+    removed) loses its last interval, as an exited process does: the pod's delta is
+    still given, from its own cgroup and the containers still there, and nothing is
+    refused (a container gone is no counter that fell)."""
+    tracker = CgroupTracker()
+    tracker.advance(
+        {
+            POD: reading(
+                usage=1000,
+                bandwidth=(bw(b"", 7, 10, 1, 100), bw(b"/c1", 8, 10, 2, 200),
+                           bw(b"/c2", 9, 10, 3, 300)),
+            )
+        }
+    )  # fmt: skip
+    outcome = tracker.advance(
+        {POD: reading(usage=3000, bandwidth=(bw(b"", 7, 12, 1, 100), bw(b"/c1", 8, 14, 4, 500)))}
+    )
+    assert dict(outcome.refused) == {}
+    delta = outcome.deltas[POD]
+    assert delta.cgroup_cpu_nanos == 2000
+    assert (delta.cpu_periods, delta.cpu_throttled_periods, delta.cpu_throttled_nanos) == (
+        2 + 4,
+        0 + 2,
+        0 + 300,
+    )
+
+
+def test_two_groups_refused_for_one_reason_in_one_pass_count_two():
+    """`procdelta_dropped_cgroup_deltas_total{reason}` counts groups: two groups refused
+    for the same reason in one pass count two, for each reason, and the second group is
+    guarded as the first is (the refusal of one does not end the pass's loop)."""
+    tracker = CgroupTracker()
+    other = "other pod"
+    outcome = tracker.advance({POD: reading(usage=10), other: reading(usage=10)})
+    assert dict(outcome.refused) == {"first_seen": 2}
+    made_anew = (("v2", 70),)
+    outcome = tracker.advance(
+        {POD: reading(usage=20, identity=made_anew), other: reading(usage=20, identity=made_anew)}
+    )
+    assert dict(outcome.refused) == {"recreated": 2}
+    outcome = tracker.advance(
+        {POD: reading(usage=5, identity=made_anew), other: reading(usage=5, identity=made_anew)}
+    )
+    assert dict(outcome.refused) == {"counter_fell": 2}
+    assert outcome.deltas == {}
+    assert tracker.tracked == 2

@@ -38,7 +38,9 @@ def test_a_cpu_list_as_the_kernel_writes_it(text, cpus):
     assert parse_cpu_list(format_cpu_list(mask).encode()) == mask
 
 
-@pytest.mark.parametrize("text", [b"a", b"1-", b"3-1", b"1,,2", b"-2", b"0-70000"])
+@pytest.mark.parametrize(
+    "text", [b"a", b"1-", b"3-1", b"1,,2", b"-2", b"0-70000", b"9" * 5000, b"0-" + b"9" * 5000]
+)
 def test_a_malformed_cpu_list_is_refused(text):
     with pytest.raises(Malformed):
         parse_cpu_list(text)

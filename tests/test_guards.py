@@ -2,7 +2,9 @@
 here fails when its guard is taken out (the mutant named above it), and passes with it.
 
 Most compare the engine that takes every shortcut with the plain reader pass by pass
-(tests/test_bound.py's fixture node); a few look at one read of `CgroupFS` alone."""
+(tests/test_bound.py's fixture node); a few look at one read of `CgroupFS` alone, and the
+last at what the process guard (`Tracker`) counts of its refusals, which mutmut found no
+test for."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import shutil
 import pytest
 
 from collector.cgroupfs import CgroupFS
+from collector.tracker import Tracker
 from tests.cgroupfixture import pod_cgroups, psi, read_group, v1_stat, v2_stat
 from tests.fixturetree import PASS1
 from tests.test_bound import (
@@ -26,6 +29,7 @@ from tests.test_bound import (
     same_intervals,
 )  # fmt: skip
 from tests.test_incremental import both, comparable, write
+from tests.test_tracker import HZ, SEC, proc, thread
 
 
 def _three_passes_then(root, change):
@@ -190,3 +194,42 @@ def test_a_sibling_whose_name_extends_the_quiet_pods_is_not_held(tmp_path):
     for ours, theirs, _, _ in passes(node, 2 + K, beside.run):
         same_intervals(ours, theirs)
     assert ours.carried_by_cgroup >= 1
+
+
+# mutmut: each refusal count of `Tracker.advance` and `_guard_threads`, `+= 1` → `= 1`
+def test_two_processes_or_threads_refused_for_one_reason_in_one_pass_count_two():
+    """`procdelta_dropped_deltas_total{reason}` and `…_dropped_thread_deltas_total{reason}`
+    count processes and threads: two refused for the same reason in one pass count two,
+    whether two processes (first seen, a counter fell) or two threads of one process (a
+    counter fell, first seen though not born since the previous pass)."""
+    tracker = Tracker(HZ)
+    first = tracker.advance(
+        [proc(10, 5_000, 100 * SEC, user=5, threads=[thread(10, 5_000, cpu=50),
+                                                      thread(11, 5_000, cpu=50)]),
+         proc(20, 5_000, 100 * SEC, user=5),
+         proc(30, 5_000, 100 * SEC, user=5)],
+        100 * SEC,
+    )  # fmt: skip
+    assert dict(first.refused) == {"first_seen": 3}
+    # 30 shows two threads never seen that started before the previous pass
+    second = tracker.advance(
+        [proc(10, 5_000, 200 * SEC, user=6, threads=[thread(10, 5_000, cpu=60),
+                                                      thread(11, 5_000, cpu=60)]),
+         proc(20, 5_000, 200 * SEC, user=6),
+         proc(30, 5_000, 200 * SEC, user=6, threads=[thread(30, 5_000), thread(31, 5_000),
+                                                      thread(32, 5_000)])],
+        200 * SEC,
+    )  # fmt: skip
+    assert dict(second.refused) == {}
+    assert dict(second.threads_refused) == {"first_seen": 2}
+    # both threads of 10 fell (10 itself did not: it contributes); 20's and 30's stat fell
+    third = tracker.advance(
+        [proc(10, 5_000, 300 * SEC, user=7, threads=[thread(10, 5_000, cpu=1),
+                                                      thread(11, 5_000, cpu=1)]),
+         proc(20, 5_000, 300 * SEC, user=1),
+         proc(30, 5_000, 300 * SEC, user=1)],
+        300 * SEC,
+    )  # fmt: skip
+    assert dict(third.refused) == {"counter_fell": 2}
+    assert dict(third.threads_refused) == {"counter_fell": 2}
+    assert [delta.reading.pid for delta in third.deltas] == [10]

@@ -1,12 +1,19 @@
 """The pure parsers, on literal bytes of the files the kernel writes."""
 
+from contextlib import suppress
+
 import pytest
 
-from collector.model import CgroupLine, IOBytes, Malformed, SchedStat, Stat, Switches
+from collector.model import CgroupLine, IOBytes, Malformed, Pressure, SchedStat, Stat, Switches
 from collector.parse import (
+    parse_cfs_quota,
     parse_cgroup,
+    parse_cpu_max,
+    parse_flat_keyed,
     parse_io,
+    parse_pressure,
     parse_schedstat,
+    parse_single_value,
     parse_start_ticks,
     parse_stat,
     parse_status_switches,
@@ -184,3 +191,166 @@ def test_keys_inside_longer_keys_are_not_taken_for_them():
 def test_a_key_only_inside_a_longer_key_is_missing():
     with pytest.raises(Malformed):
         parse_io(b"cancelled_write_bytes: 5\nread_bytes: 3\n")
+
+
+# Fields 3 to 21 of TAIL: a `stat` cut just before field 22, the start time.
+BEFORE_START = b" ".join(TAIL.split()[:19])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"1736 a R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22\n",
+        b"1735 (cat) R 1 2 3\n",
+        b"1736 (a) " + BEFORE_START + b"\n",
+        b"1736 (a) " + BEFORE_START + b" 52x2 1 2\n",
+    ],
+    ids=["empty", "no paren", "short", "cut before the start", "start not a number"],
+)
+def test_stat_start_ticks_malformed_names_the_file(data):
+    """A thread's `stat` that holds no start time, however it is cut, is refused as
+    `Malformed` (a process unreadable, the pass goes on), never another error (which would
+    fail the whole pass)."""
+    with pytest.raises(Malformed) as caught:
+        parse_start_ticks(data)
+    assert caught.value.what == "stat"
+
+
+def test_stat_start_ticks_needs_no_field_after_it():
+    """Only field 22 is needed: a `stat` that ends with it gives it."""
+    assert parse_start_ticks(b"1736 (a) " + BEFORE_START + b" 5272\n") == 5272
+
+
+def test_stat_state_that_is_not_ascii_is_replaced_not_an_error():
+    """The state is one ASCII letter; another byte there is replaced, the counters read."""
+    stat = parse_stat(b"1735 (cat) \xff" + TAIL[1:])
+    assert stat.state == "\ufffd" and stat.start_ticks == 5272
+
+
+def test_cgroup_controllers_that_are_not_utf8_are_replaced_not_an_error():
+    """Controller names are the kernel's (ASCII); bytes that are not UTF-8 there are
+    replaced, never an error, and the path is kept as it is."""
+    assert parse_cgroup(b"3:c\xffu:/x\n") == (CgroupLine(3, ("c\ufffdu",), "/x"),)
+
+
+PSI_SOME = b"some avg10=0.12 avg60=1.50 avg300=12.00 total=5\n"
+PSI_FULL = b"full avg10=0.00 avg60=0.25 avg300=3.00 total=3\n"
+
+
+def test_pressure_in_the_kernels_layout():
+    assert parse_pressure(PSI_SOME + PSI_FULL) == Pressure(5, 3)
+    assert parse_pressure(PSI_SOME) == Pressure(5, None)  # a kernel without `full`
+
+
+@pytest.mark.parametrize(
+    ("data", "totals"),
+    [
+        (PSI_SOME + PSI_FULL.rstrip(b"\n"), (5, 3)),
+        (PSI_SOME.rstrip(b"\n"), (5, None)),
+        (b"some avg10=1.5 avg60=0.250 avg300=0 total=5\n", (5, None)),
+        (PSI_FULL + b"\n" + PSI_SOME, (5, 3)),
+        (b"some total=5\nfull total=3\n", (5, 3)),
+    ],
+    ids=["no final newline", "some alone, no newline", "other averages", "full first",
+         "totals alone"],
+)  # fmt: skip
+def test_pressure_in_another_layout_is_read_the_general_way(data, totals):
+    """A PSI file not in the kernel's exact layout (no final newline, averages of other
+    widths, the lines in another order or apart, no averages) is read line by line:
+    the totals of `some` and `full`, each by its own key."""
+    assert parse_pressure(data) == Pressure(*totals)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n",
+        PSI_FULL,
+        b"some avg10=0.00 avg60=0.00 avg300=0.00\n",
+        b"some total=x\n",
+        b"some total=-5\n",
+        b"some\n",
+        PSI_SOME + b"other total=7\n",
+    ],
+    ids=["empty", "blank", "full alone", "no total", "total not a number", "negative",
+         "a key alone", "another key"],
+)  # fmt: skip
+def test_pressure_malformed_names_the_file(data):
+    """A PSI file that gives no `some` total, or holds a line that is not `some` or
+    `full` with a total, is `Malformed` (that field has no series this pass), never
+    another error."""
+    with pytest.raises(Malformed) as caught:
+        parse_pressure(data, "cpu.pressure")
+    assert caught.value.what == "cpu.pressure"
+
+
+CPU_STAT = {b"usage_usec": 5, b"nr_periods": 2, b"throttled_usec": 0}
+
+
+@pytest.mark.parametrize(
+    ("data", "values"),
+    [
+        (b"usage_usec 5\nnr_periods 2\nthrottled_usec 0\n", CPU_STAT),
+        (b"usage_usec 5\nnr_periods 2\nthrottled_usec 0", CPU_STAT),
+        (b"usage_usec 5", {b"usage_usec": 5}),
+        (b"usage_usec 5\n\nnr_periods 2\nthrottled_usec 0\n", CPU_STAT),
+        (b"usage_usec\t5\nnr_periods  2\nthrottled_usec 0\n", CPU_STAT),
+    ],
+    ids=["kernel", "no final newline", "one line, no newline", "a blank line", "other spaces"],
+)
+def test_flat_keyed(data, values):
+    """`cpu.stat`: every `key value` line, whatever spaces part them or lines are blank."""
+    assert parse_flat_keyed(data) == values
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n",
+        b"usage_usec\n",
+        b"usage_usec",
+        b"usage_usec 5 6\n",
+        b"usage_usec x\n",
+        b"usage_usec -5\n",
+        b"usage_usec 5\nnr_periods x\n",
+        b"usage_usec 5\nnr_periods",
+    ],
+    ids=["empty", "blank", "a key alone", "a key alone, no newline", "three words",
+         "not a number", "negative",
+         "a later value not a number", "a later key alone"],
+)  # fmt: skip
+def test_flat_keyed_malformed_names_the_file(data):
+    """A line that is not one key and one number makes the whole file `Malformed` (its
+    group's fields from it have no series this pass), never another error."""
+    with pytest.raises(Malformed) as caught:
+        parse_flat_keyed(data, "cpu.stat")
+    assert caught.value.what == "cpu.stat"
+
+
+# Each parser with a number of 5000 digits where the kernel writes at most 20 (a u64).
+_LONG = b"1" * 5000
+_TOO_LONG = [
+    (parse_stat, b"1735 (cat) " + TAIL.replace(b" 56 ", b" " + _LONG + b" ", 1)),
+    (parse_start_ticks, b"1735 (cat) " + TAIL.replace(b" 5272 ", b" " + _LONG + b" ", 1)),
+    (parse_schedstat, _LONG + b" 1 1\n"),
+    (parse_status_switches, STATUS_FULL.replace(b"1502", _LONG)),
+    (parse_io, IO.replace(b"4096", _LONG)),
+    (parse_cgroup, _LONG + b"::/\n"),
+    (parse_flat_keyed, b"usage_usec " + _LONG + b"\n"),
+    (parse_single_value, _LONG + b"\n"),
+    (parse_pressure, b"some avg10=0.00 avg60=0.00 avg300=0.00 total=" + _LONG + b"\n"),
+    (parse_cpu_max, b"max " + _LONG + b"\n"),
+    (parse_cfs_quota, _LONG + b"\n"),
+]
+
+
+@pytest.mark.parametrize(("parse", "data"), _TOO_LONG, ids=[p.__name__ for p, _ in _TOO_LONG])
+def test_a_number_too_long_for_int_raises_nothing_but_malformed(parse, data):
+    """Every parser raises `Malformed` on anything it cannot read exactly (the module's
+    contract): a number longer than `int()` converts (4300 digits) is either read or
+    `Malformed`, never a `ValueError` that the pass does not catch."""
+    with suppress(Malformed):
+        parse(data)

@@ -81,6 +81,30 @@ def test_malformed_files_are_unreadable_without_footprint_when_stat_is_bad(tree)
     assert 200 in {f.pid for f in readings.footprints}
 
 
+def test_a_thread_stat_cut_before_its_start_time_makes_its_process_unreadable(tree):
+    """A thread's `stat` that ends before its start time (field 22) is malformed: its
+    process is counted unreadable, with its footprint, and every other process is read;
+    the pass goes on."""
+    stat = tree / "200" / "task" / "201" / "stat"
+    fields = stat.read_bytes().split()
+    stat.write_bytes(b" ".join(fields[:21]) + b"\n")  # pid, comm, fields 3 to 21
+    readings = reader(tree).read_pass()
+    assert readings.unreadable == 1 and readings.vanished == 0
+    assert 200 not in {r.pid for r in readings.processes}
+    assert 200 in {f.pid for f in readings.footprints}
+    assert len(readings.processes) == 11
+
+
+def test_a_number_longer_than_int_takes_fails_one_process_not_the_pass(tree):
+    """A `/proc` file with a number of 5000 digits (the kernel writes at most 20) is
+    malformed: its process is unreadable (or, read whole, exact), every other process is
+    read, and the pass completes."""
+    (tree / "200" / "task" / "201" / "schedstat").write_bytes(b"1" * 5000 + b" 1 1\n")
+    readings = reader(tree).read_pass()
+    assert readings.unreadable + len(readings.processes) == 12
+    assert len({r.pid for r in readings.processes} - {200}) == 11
+
+
 def test_an_empty_or_missing_root_raises_for_the_caller():
     with pytest.raises(OSError):
         ProcFS("/nonexistent/proc").processes()
