@@ -345,7 +345,7 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
     the exposition that `serve` serves.
     """
     from collector import output
-    from collector.exporter import PassLoop
+    from collector.passloop import PassLoop
 
     engine = build_engine(options)
     found = node_sources(options, engine)

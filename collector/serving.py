@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 
 from collector import __version__
-from collector.exporter import PassLoop, make_server
+from collector.exporter import make_server
 from collector.listener import Limits
+from collector.passloop import PassLoop
 from collector.privileges import own_missing_capabilities
 from collector.webconfig import WebConfigFile
 from collector.wiring import Options, build_engine, node_cpus, node_sources

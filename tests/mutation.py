@@ -108,6 +108,7 @@ CGROUPNS = "collector/cgroupns.py"
 LISTENER = "collector/listener.py"
 HTTP11 = "collector/http11.py"
 EXPORTER = "collector/exporter.py"
+PASSLOOP = "collector/passloop.py"
 WEBCONFIG = "collector/webconfig.py"
 WAITS = "collector/waits.py"
 PROCESSES = "collector/processes.py"
@@ -760,7 +761,7 @@ def _mutants() -> Iterator[Mutant]:
         "clients without the password take every --web.max-requests place: scrapes get 503",
     )  # fmt: skip
     yield m(
-        "exporter/failed-pass-refreshes-health", EXPORTER,
+        "passloop/failed-pass-refreshes-health", PASSLOOP,
         "            self._publish(self._render(completed_at=self.snapshot().completed_at))\n"
         "            return None",
         "            self._publish(self._render(completed_at=self.monotonic()))\n"
@@ -916,7 +917,7 @@ def _mutants() -> Iterator[Mutant]:
         "a burst of /processes takes every --web.max-requests place: scrapes and probes get 503",
     )  # fmt: skip
     yield m(
-        "exporter/pass-makes-the-view", EXPORTER,
+        "passloop/pass-makes-the-view", PASSLOOP,
         "            PassView.of(result),\n            result.cpusets,\n        )\n",
         "            PassView.of(result),\n            result.cpusets,\n        )\n"
         "        self._data.view.document(Query(limit=None))\n",

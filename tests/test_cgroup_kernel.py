@@ -30,9 +30,9 @@ from typing import TypeVar
 import pytest
 
 from collector.engine import Engine, PassResult
-from collector.exporter import PassLoop
 from collector.model import CgroupFields, CpuSet, Fields
 from collector.parse import parse_flat_keyed, parse_pressure
+from collector.passloop import PassLoop
 from collector.wiring import Options, build_engine
 from tests.cgroupfixture import CgroupReads
 from tests.cgroups import Workload, cgroups, enter, hierarchy

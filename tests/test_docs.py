@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from collector.cli import cli, run_once
-from collector.exporter import PassLoop
+from collector.passloop import PassLoop
 from tests.fixturetree import FixtureRun
 
 ROOT = Path(__file__).parent.parent

@@ -11,9 +11,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from collector.cli import run_once
-from collector.exporter import PassLoop
 from collector.exposition import Family, Histogram, Shapes
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES
+from collector.passloop import PassLoop
 from tests.fixturetree import FixtureRun
 from tests.pageoracle import render_openmetrics, render_text
 from tests.promtools import check_metrics

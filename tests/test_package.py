@@ -87,6 +87,20 @@ def test_the_collector_never_loads_the_benchmark_or_psutil():
     assert result.stdout.strip() == "[]"
 
 
+def test_the_pass_loop_loads_no_web_layer():
+    """What `once --format prometheus` imports to render the page: the pass loop, not the
+    HTTP app, its listener, TLS or the web configuration."""
+    web = {"collector.exporter", "collector.listener", "collector.http11", "collector.tls",
+           "collector.webconfig"}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c",
+         f"import sys, collector.passloop; print(sorted(set({sorted(web)!r}) & set(sys.modules)))"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_each_file_of_the_bench_is_read_at_one_sitting():
     """collector/bench/ is split by concern: no file of it over 300 lines."""
     lines = {path.name: len(path.read_text().splitlines()) for path in PACKAGE.glob("bench/*.py")}

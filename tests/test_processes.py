@@ -18,17 +18,11 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from collector.exporter import (
-    VIEWS_PER_SECOND,
-    Budget,
-    PassLoop,
-    ViewAnswers,
-    json_by_rows,
-    make_server,
-)
+from collector.exporter import VIEWS_PER_SECOND, Budget, ViewAnswers, json_by_rows, make_server
 from collector.groups import Group
 from collector.listener import MAX_ASIDE, Limits
 from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
+from collector.passloop import PassLoop
 from collector.plainread import Carried
 from collector.processes import (
     DEFAULT_LIMIT,

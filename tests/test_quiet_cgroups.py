@@ -21,8 +21,8 @@ import pytest
 from collector.aggregate import Totals
 from collector.cgroupfs import CgroupFS
 from collector.engine import Engine, PassResult
-from collector.exporter import PassLoop
 from collector.groups import Grouper
+from collector.passloop import PassLoop
 from collector.plainread import PlainReader
 from collector.podnames import PodNames
 from collector.procfs import ProcFS

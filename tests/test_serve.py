@@ -18,9 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from collector.engine import PassResult
-from collector.exporter import PassLoop, make_server, parse_listen_address, wants_openmetrics
+from collector.exporter import make_server, parse_listen_address, wants_openmetrics
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
+from collector.passloop import PassLoop
 from collector.sources import online_cpus
 from tests.fixturetree import PASS1
 from tests.net import free_port, request, start_serve, wait_until

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector import tls, webconfig
-from collector.exporter import PassLoop
+from collector.passloop import PassLoop
 from tests.test_serve import CountingEngine, serving
 from tests.test_webconfig import client_context, pki, write_config
 

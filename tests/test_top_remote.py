@@ -21,7 +21,8 @@ import pytest
 
 import collector
 from collector import top
-from collector.exporter import PassLoop, make_server
+from collector.exporter import make_server
+from collector.passloop import PassLoop
 from tests.net import free_port
 from tests.test_cli import assert_one_line_error, procdelta
 from tests.test_serve import CountingEngine, serving

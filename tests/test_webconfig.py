@@ -22,8 +22,9 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from collector.exporter import PassLoop, make_server
+from collector.exporter import make_server
 from collector.listener import Limits
+from collector.passloop import PassLoop
 from tests.net import free_port, request, start_serve, wait_until
 from tests.test_cli import assert_one_line_error
 from tests.test_serve import CountingEngine, serving

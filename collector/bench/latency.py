@@ -43,7 +43,8 @@ def metrics_latency(groups: int = 1000, scrapes: int = 300, interval: float = 0.
     """Latency (ms) of scrapes of /metrics with `groups` groups while passes run."""
     import threading
 
-    from collector.exporter import PassLoop, make_server
+    from collector.exporter import make_server
+    from collector.passloop import PassLoop
 
     sys.setswitchinterval(0.001)  # as `procdelta serve` sets it
     loop = PassLoop(SyntheticEngine(groups), interval)

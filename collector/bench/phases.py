@@ -1,14 +1,13 @@
 """Where a served pass spends its time: `python -m collector.bench.phases` (needs root).
 
-The bench's pods10 table (collector/bench/tables.py: 110 pod cgroups laid out as kubelet
-does, the processes of 10 of them running); an `Engine` and a `PassLoop` built as `serve`
-builds them run here a pass every `--interval`. Each phase is timed on this thread's CPU
-clock by wrapping what the pass calls (collector/ unchanged): a phase's own time, less the
-phases inside it; a garbage collection is a row of its own. The scrape is what
-`MetricsServer._metrics` makes for Prometheus (OpenMetrics, gzipped; not the listener's
-HTTP). `kernel-ms`: the directories and files one pass lists and reads, again as bare
-system calls. The naive floor (collector/bench/floor.py) runs beside, split likewise.
-"""
+The bench's pods10 table (collector/bench/tables.py: 110 pod cgroups laid out as kubelet does,
+the processes of 10 of them running); an `Engine` and a `PassLoop` built as `serve` builds them
+run here a pass every `--interval`. Each phase is timed on this thread's CPU clock by wrapping
+what the pass calls (collector/ unchanged): a phase's own time, less the phases inside it; a
+garbage collection is a row of its own. The scrape is what `MetricsServer._metrics` makes for
+Prometheus (OpenMetrics, gzipped; not the listener's HTTP). `kernel-ms`: the directories and
+files one pass lists and reads, again as bare system calls. The naive floor (floor.py)
+runs beside, split likewise."""
 
 from __future__ import annotations
 
@@ -30,7 +29,8 @@ from collector.bench.floor import naive_pass, read_file
 from collector.bench.serve import SERVED_INTERVAL
 from collector.bench.tables import pid_room, pod_cgroups, pod_names, synthetic_table
 from collector.engine import GC_SWEEP_PASSES
-from collector.exporter import LiveMetrics, PassLoop
+from collector.exporter import LiveMetrics
+from collector.passloop import PassLoop
 from collector.wiring import Options, build_engine, node_cpus
 
 SERVED_ROWS = (
