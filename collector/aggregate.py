@@ -16,7 +16,7 @@ from collector.model import (
     Fields,
     Malformed,
 )
-from collector.plainread import Footprint
+from collector.readings import Footprint
 from collector.tracker import CarriedDelta, ProcessDelta
 
 

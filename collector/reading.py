@@ -39,7 +39,8 @@ from collector.parse import (
     parse_stat,
     parse_status_switches,
 )
-from collector.plainread import (
+from collector.procfs import ProcFS
+from collector.readings import (
     Carried,
     Clock,
     Footprint,
@@ -48,7 +49,6 @@ from collector.plainread import (
     boottime_ns,
     collect,
 )
-from collector.procfs import ProcFS
 
 __all__ = ["WHOLE_READ_PASSES", "Carried", "Footprint", "PassReadings", "Reader",
            "Unreadable", "boottime_ns"]  # fmt: skip

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from collector.exits import ExitRecord
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
-from collector.plainread import Carried
+from collector.readings import Carried
 
 
 class ProcessDelta(NamedTuple):

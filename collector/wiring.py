@@ -19,10 +19,10 @@ from collector.exits import BUFFER_BYTES, ExitListener, ExitsUnavailable
 from collector.exposition import Shapes
 from collector.groups import Grouper
 from collector.model import WHOLE_READ_PASSES
-from collector.plainread import boottime_ns
 from collector.podnames import PodNames
 from collector.procfs import ProcFS
 from collector.reading import Reader
+from collector.readings import boottime_ns
 from collector.tracker import Tracker
 
 log = logging.getLogger("procdelta")

@@ -4,8 +4,8 @@ guarded deltas, forgotten after a group is gone."""
 from collector.aggregate import Totals, group_pass
 from collector.groups import Group, Grouper
 from collector.model import CgroupFields, Fields
-from collector.plainread import Carried, Footprint
 from collector.podnames import PodNames
+from collector.readings import Carried, Footprint
 from collector.tracker import CarriedDelta, ProcessDelta, Tracker
 from tests.test_tracker import HZ, SEC, proc
 

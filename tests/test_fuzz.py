@@ -38,9 +38,9 @@ from collector.parse import (
     parse_stat,
     parse_status_switches,
 )
-from collector.plainread import Carried
 from collector.procfs import ProcFS
 from collector.reading import Reader
+from collector.readings import Carried
 from collector.tracker import Tracker
 from tests.fixturetree import FIXTURES
 

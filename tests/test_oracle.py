@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from collector.model import ProcessGone
-from collector.plainread import Unreadable
 from collector.procfs import ProcFS
 from collector.reading import Reader
+from collector.readings import Unreadable
 from tests.cgroups import WORKLOAD
 
 HZ = os.sysconf("SC_CLK_TCK")

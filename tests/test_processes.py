@@ -23,7 +23,6 @@ from collector.groups import Group
 from collector.listener import MAX_ASIDE, Limits
 from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
 from collector.passloop import PassLoop
-from collector.plainread import Carried
 from collector.processes import (
     DEFAULT_LIMIT,
     SORT_FIELDS,
@@ -33,6 +32,7 @@ from collector.processes import (
     Query,
     QueryError,
 )
+from collector.readings import Carried
 from collector.tracker import CarriedDelta, ProcessDelta
 from collector.wiring import Options, build_engine
 from tests.cgroups import Workload, cgroup

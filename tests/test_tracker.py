@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from collector.model import ProcessReading, ThreadReading
-from collector.plainread import Carried
+from collector.readings import Carried
 from collector.tracker import Advance, Tracker
 
 HZ = 100

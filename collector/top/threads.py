@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 from collector.model import Malformed, ProcError
 from collector.parse import parse_schedstat, parse_stat, parse_status_switches
-from collector.plainread import boottime_ns
 from collector.procfs import ProcFS
+from collector.readings import boottime_ns
 from collector.top.errors import TopError
 
 # --- threads ---------------------------------------------------------------------------
