@@ -15,7 +15,7 @@ NANOS_PER_SECOND = 1_000_000_000
 build = tuple.__new__
 """`build(Stat, (a, b, ...))`: a NamedTuple built without its Python-level `__new__`, the
 same object at a fraction of the cost, on paths run per thread per pass. The values go
-by position: tests/test_model.py pins the field order of every NamedTuple built this way
+by position: tests/unit/test_model.py pins the field order of every NamedTuple built this way
 (or unpacked by position), so that reordering a field fails a test instead of swapping
 two integers."""
 

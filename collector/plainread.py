@@ -9,7 +9,7 @@ stops the pass.
 
 This is the definition of a reading. The collector runs the incremental reader
 (collector/reading.py), which reads less on the evidence of the last pass; its readings
-must equal these (tests/test_incremental.py, tests/test_quiet_cgroups.py).
+must equal these (tests/unit/test_incremental.py, tests/unit/test_quiet_cgroups.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ What a reading is, is defined by the plain reader (collector/plainread.py): ever
 of every process. This reader keeps what the last pass saw of each process (`_Seen`)
 and skips a read where a kernel fact proves its answer unchanged. Each shortcut is one
 predicate below, its docstring the fact it rests on; `Reader` only applies them. The
-readings equal the plain reader's (tests/test_incremental.py, tests/test_quiet_cgroups.py)
+readings equal the plain reader's (tests/unit/test_incremental.py, tests/unit/test_quiet_cgroups.py)
 but for the kernel timing said at `in_quiet_cgroup`.
 
 The bound: whatever a shortcut's fact misses (a kernel timing, a layout nobody foresaw),

@@ -2,7 +2,7 @@
 and the incremental one the collector runs (collector/reading.py). The types of a pass's
 readings (`PassReadings`, `Footprint`, a `Carried` block, `Unreadable`), the clock they are
 stamped with, and the incremental reader's loop over what it listed (`collect`); the
-oracle has its own, so that what they are held to (tests/test_incremental.py) shares no
+oracle has its own, so that what they are held to (tests/unit/test_incremental.py) shares no
 code between them but these definitions.
 """
 

@@ -14,7 +14,7 @@ script renders it with Helm's own engine (helm-python-sdk, a test dependency) an
   dashboard (a copy of grafana/procdelta.json, which grafana/dashboard.py writes) and
   the README's table of values (from the `# --` comments of values.yaml).
 
-`--check` writes nothing and exits 1 naming the stale files; tests/test_helm.py fails
+`--check` writes nothing and exits 1 naming the stale files; tests/integration/test_helm.py fails
 on the same comparison.
 """
 

@@ -4,9 +4,10 @@ Kept as code rather than as hand-edited JSON: the dashboard is a few dozen panel
 shape, and a panel here is one line of intent (title, unit, queries), where in JSON it
 is forty lines of layout. Plain dictionaries, no library: Grafana's JSON model is the
 interface. `--check` writes nothing and exits 1 if the committed JSON is not this
-script's output; tests/test_deploy.py fails on the same comparison, tests/test_dashboard.py
-checks the queries' shape, and tests/test_end_to_end.py has a real Prometheus evaluate
-every query over the project's rules.
+script's output; tests/integration/test_deploy.py fails on the same comparison,
+tests/integration/test_dashboard.py checks the queries' shape, and
+tests/kernel/test_end_to_end.py has a real Prometheus evaluate every query over the project's
+rules.
 
 The variables are a chain, as kubernetes-mixin's: cluster -> namespace -> workload -> pod,
 each one's values filtered by those before it. Every "All" is the regex `.*`, which also

@@ -10,7 +10,7 @@ again (a new inode under the same path, like a restarted systemd service).
 
 `LAYOUTS` holds one small node per kind of host (pure v1, pure v2, a hybrid, paths seen
 from another cgroup namespace, kind's nested kubelet), each with its own process table
-written by `write_proc`, for tests/test_cgroup_golden.py. `MAIN` is the cgroupfs that
+written by `write_proc`, for tests/unit/test_cgroup_golden.py. `MAIN` is the cgroupfs that
 goes with the literal proc fixture (tests/fixtures/proc).
 """
 
@@ -297,7 +297,7 @@ MAIN = Layout(
 )
 
 
-# -- one small node per kind of host, for tests/test_cgroup_golden.py -------------------
+# -- one small node per kind of host, for tests/unit/test_cgroup_golden.py -------------------
 
 _A = "aaaaaaaa-0000-4000-8000-00000000000a"  # Guaranteed, cgroupfs driver, pure v1
 _B = "bbbbbbbb-0000-4000-8000-00000000000b"  # BestEffort, no process seen

@@ -1,5 +1,5 @@
-"""Checks shared by the kustomize base (tests/test_deploy.py) and the Helm chart's
-renderings (tests/test_helm.py)."""
+"""Checks shared by the kustomize base (tests/integration/test_deploy.py) and the Helm chart's
+renderings (tests/integration/test_helm.py)."""
 
 from __future__ import annotations
 

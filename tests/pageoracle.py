@@ -1,7 +1,7 @@
 """The page's oracle: every family of docs/reference.md §5 (and §7) built and rendered
 whole from one pass's sums, the plain way. `collector.exposition.PageRenderer` renders
-the same bytes pass after pass, reusing what did not change; tests/test_page.py holds it
-to this, and tests/test_exposition.py renders single families with it."""
+the same bytes pass after pass, reusing what did not change; tests/integration/test_page.py holds it
+to this, and tests/integration/test_exposition.py renders single families with it."""
 
 from __future__ import annotations
 

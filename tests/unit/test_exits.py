@@ -1,0 +1,804 @@
+"""The kernel's exit records (collector/exits.py, `Tracker.close`): a `struct taskstats` and
+the netlink messages around it parsed from bytes laid out as the kernel lays them, and the
+guard's table: a record closes the last interval of the task the cache holds where its
+start is that task's, counts whole a task born since the interval began, closes nothing
+else, and no task is counted twice whichever of its record and the next pass comes first."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+
+import pytest
+
+from collector import exits
+from collector.exits import (
+    AGROUP,
+    TASKSTATS_TYPE_AGGR_PID,
+    TASKSTATS_TYPE_AGGR_TGID,
+    TASKSTATS_TYPE_PID,
+    TASKSTATS_TYPE_STATS,
+    TASKSTATS_TYPE_TGID,
+    ExitListener,
+    ExitRecord,
+    ExitRecords,
+    pack_stats,
+    parse_messages,
+    parse_stats,
+)
+from collector.groups import UNPLACED
+from collector.model import Fields
+from collector.tracker import START_TOLERANCE_NS, Tracker
+from tests.fixturetree import FixtureRun
+from tests.unit.test_tracker import HZ, SEC, TICK_NS, carry, proc, thread
+
+STATS_BYTES = 560  # version 16's size, on 6.18
+
+
+def taskstats(
+    pid: int,
+    tgid: int | None = None,
+    ppid: int = 1,
+    *,
+    version: int = 16,
+    last: bool = True,
+    lived_us: int = 0,
+    group_lived_us: int | None = None,
+    on_cpu: int = 0,
+    delay: int = 0,
+    vol: int = 0,
+    invol: int = 0,
+    rd: int = 0,
+    wr: int = 0,
+    utime_us: int = 0,
+    stime_us: int = 0,
+    majflt: int = 0,
+    comm: bytes = b"task",
+) -> bytes:
+    """A `struct taskstats` as the kernel lays it out (include/uapi/linux/taskstats.h,
+    x86-64 offsets, checked against the header with offsetof)."""
+    data = bytearray(STATS_BYTES)
+    struct.pack_into("=H2xIB", data, 0, version, 0, AGROUP if last else 0)
+    struct.pack_into("=Q", data, 24, delay)
+    struct.pack_into("=Q", data, 72, on_cpu)
+    data[80 : 80 + len(comm)] = comm
+    struct.pack_into("=II", data, 128, pid, ppid)
+    struct.pack_into("=QQQ8xQ", data, 144, lived_us, utime_us, stime_us, majflt)
+    struct.pack_into("=QQ8xQQ", data, 248, rd, wr, vol, invol)
+    struct.pack_into("=I4xQ", data, 368, tgid if tgid is not None else pid,
+                     group_lived_us if group_lived_us is not None else lived_us)  # fmt: skip
+    return bytes(data)
+
+
+def attribute(kind: int, value: bytes) -> bytes:
+    length = 4 + len(value)
+    return struct.pack("=HH", length, kind) + value + b"\0" * (-length % 4)
+
+
+def message(*attributes: bytes, kind: int = 23) -> bytes:
+    body = struct.pack("=BBH", 2, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
+
+
+def exit_message(stats: bytes, pid: int) -> bytes:
+    return message(
+        attribute(
+            TASKSTATS_TYPE_AGGR_PID,
+            attribute(TASKSTATS_TYPE_PID, struct.pack("=I", pid))
+            + attribute(TASKSTATS_TYPE_STATS, stats),
+        )
+    )
+
+
+def test_a_record_is_read_at_the_kernels_offsets():
+    stats = taskstats(42, 40, ppid=7, lived_us=1500, group_lived_us=9000, on_cpu=11, delay=22,
+                      vol=3, invol=4, rd=512, wr=1024, utime_us=8000, stime_us=4000, majflt=2,
+                      comm=b"awk")  # fmt: skip
+    record = parse_stats(stats, received_ns=10 * SEC)
+    assert record == ExitRecord(
+        pid=42, tgid=40, ppid=7, last=True, comm="awk", received_ns=10 * SEC,
+        lived_ns=1_500_000, group_lived_ns=9_000_000, on_cpu_ns=11, run_delay_ns=22,
+        voluntary_switches=3, nonvoluntary_switches=4, read_bytes=512, write_bytes=1024,
+        utime_us=8000, stime_us=4000, major_faults=2,
+    )  # fmt: skip
+    assert record.start_ns == 10 * SEC - 1_500_000
+    assert record.group_start_ns == 10 * SEC - 9_000_000
+
+
+def test_a_record_before_version_12_has_no_tgid_and_a_short_one_is_none():
+    old = parse_stats(taskstats(42, 40, version=11), 0)
+    assert old is not None and old.tgid == 0 and old.group_lived_ns == old.lived_ns
+    assert parse_stats(b"\0" * 100, 0) is None
+
+
+def test_messages_give_their_tasks_records_not_their_processes_sums():
+    """Each exiting task's AGGR_PID holds its own record; a multi-threaded process's
+    AGGR_TGID, sent with its last task, holds the delay sums of its tasks again: not taken.
+    Messages are taken one after another, each padded to four bytes."""
+    one = exit_message(taskstats(42, 40, last=False, on_cpu=5), 42)
+    two = message(
+        attribute(
+            TASKSTATS_TYPE_AGGR_PID,
+            attribute(TASKSTATS_TYPE_PID, struct.pack("=I", 40))
+            + attribute(TASKSTATS_TYPE_STATS, taskstats(40, 40, on_cpu=7)),
+        ),
+        attribute(
+            TASKSTATS_TYPE_AGGR_TGID,
+            attribute(TASKSTATS_TYPE_TGID, struct.pack("=I", 40))
+            + attribute(TASKSTATS_TYPE_STATS, taskstats(40, 40, on_cpu=12)),
+        ),
+    )
+    records, error = parse_messages(one + two, 5)
+    assert [(r.pid, r.on_cpu_ns, r.last) for r in records] == [(42, 5, False), (40, 7, True)]
+    assert error is None
+
+
+def test_records_are_held_packed_and_read_back_whole():
+    stats = [taskstats(40 + i, 40, ppid=7, lived_us=1500 + i, on_cpu=11 * i, delay=22 * i,
+                       rd=512 * i, comm=b"a-very-long-command-name") for i in range(3)]  # fmt: skip
+    # the kernel's names are 15 bytes at most (TASK_COMM_LEN): 16 are held
+    held = ExitRecords(b"".join(pack_stats(s, 10 * SEC + i) for i, s in enumerate(stats)))
+    assert len(held) == 3 and held.packed.__len__() == 3 * exits.PACKED_BYTES
+    assert list(held) == [parse_stats(s, 10 * SEC + i) for i, s in enumerate(stats)]
+    assert list(held) == list(held)  # iterated again, the same
+    assert held[1].pid == 41 and held[-1].on_cpu_ns == 22 and held[0].comm == "a-very-long-comm"
+
+
+def test_the_listener_holds_at_most_its_bound_and_counts_the_rest(monkeypatch):
+    """Records past MAX_QUEUED between two passes are dropped, newest first, and counted;
+    a drain empties the queue; closing stops the thread."""
+    monkeypatch.setattr(exits, "MAX_QUEUED", 5)
+    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.settimeout(0.05)
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    try:
+        for pid in range(100, 108):  # one message a read, as the kernel sends them
+            kernel.send(exit_message(taskstats(pid, lived_us=1000), pid))
+        deadline = time.monotonic() + 10
+        while listener.received < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (listener.received, listener.dropped) == (8, 3)
+        assert [r.pid for r in listener.drain()] == [100, 101, 102, 103, 104]
+        kernel.send(exit_message(taskstats(200, lived_us=1000), 200))
+        while listener.received < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [r.pid for r in listener.drain()] == [200] and listener.dropped == 3
+    finally:
+        listener.close()
+        kernel.close()
+    assert not listener._thread.is_alive()
+
+
+def test_an_error_message_says_its_code():
+    error = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
+    ack = struct.pack("=IHHII", 36, 2, 0, 0, 0) + struct.pack("=i", 0) + b"\0" * 16
+    assert parse_messages(error, 0) == ([], 1)  # EPERM
+    assert parse_messages(ack, 0) == ([], 0)
+    assert parse_messages(b"\x10\0\0", 0) == ([], None)  # cut short: nothing
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+START = 5_000  # ticks: 50 s since boot
+
+
+def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, waited=0,
+           **counters):  # fmt: skip
+    """An exit record received at `at` (ns) of a task that lived `lived` ns, after waiting
+    at most `waited` ns in the socket."""
+    stats = taskstats(
+        pid,
+        tgid,
+        ppid,
+        last=last,
+        lived_us=lived // 1000,
+        group_lived_us=(group_lived if group_lived is not None else lived) // 1000,
+        **counters,
+    )
+    found = parse_stats(stats, at, waited)
+    assert found is not None
+    return found
+
+
+def two_passes(*first: object, second=()) -> Tracker:
+    """A tracker through two passes at 100 s and 200 s (the interval begins at 100 s)."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True  # as the engine's, listening for exits
+    tracker.advance(list(first), 100 * SEC)
+    tracker.advance(list(second), 200 * SEC)
+    return tracker
+
+
+def test_a_record_closes_the_last_interval_of_the_process_the_cache_holds():
+    """A one-thread process read at 200 s exits at 230 s: its thread's counters less the
+    cached ones, observed to the exit, and not counted as a process again (the pass that
+    read it counted it in this interval); its user and system time not (the record's are
+    raw, `/proc`'s adjusted)."""
+    threads = [thread(10, START, cpu=3 * SEC, delay=SEC)]
+    read = proc(10, START, at=200 * SEC, user=5, threads=threads)
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(10, at=230 * SEC, lived=230 * SEC - START * TICK_NS, on_cpu=4 * SEC,
+                delay=3 * SEC, vol=9, rd=4096, utime_us=10**7)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1}
+    assert delta.process is tracker._cache[10] or delta.process == read
+    fields = delta.fields
+    assert (fields.on_cpu_nanos, fields.run_delay_nanos, fields.voluntary_switches) == (
+        SEC, 2 * SEC, 9,
+    )  # fmt: skip
+    assert fields.read_bytes == 4096 and fields.cpu_user_nanos == 0
+    assert (fields.processes, fields.observed_nanos) == (0, 30 * SEC)
+
+
+def test_no_task_is_counted_twice_whichever_of_its_record_and_a_read_comes_first():
+    """A zombie (exited, not yet reaped) is still in `/proc`, its counters final. Record
+    first, then a pass reads the zombie: the pass adds nothing. A pass reads the zombie
+    first, then the record: the record adds nothing."""
+    alive = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    zombie = proc(10, START, at=300 * SEC, threads=[thread(10, START, cpu=4 * SEC)])
+    final = record(10, at=250 * SEC, lived=250 * SEC - START * TICK_NS, on_cpu=4 * SEC)
+
+    tracker = two_passes(alive, second=[alive])
+    assert tracker.close([final]).deltas[0].fields.on_cpu_nanos == SEC
+    later = tracker.advance([zombie], 300 * SEC)
+    assert later.deltas == [] and not later.refused
+
+    tracker = two_passes(alive, second=[alive])
+    read = tracker.advance([zombie], 300 * SEC)
+    assert [d.fields.on_cpu_nanos for d in read.deltas] == [SEC]
+    # come a second after the read of its zombie, it may have waited that long
+    after = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
+                                  waited=SEC + 1, on_cpu=4 * SEC)])  # fmt: skip
+    assert after.deltas == [] and after.outcomes == {"read": 1}
+    # and no later pass counts the zombie again
+    assert tracker.advance([zombie], 400 * SEC).deltas == []
+
+
+def test_a_zombie_read_past_its_record_is_read_not_a_counter_that_fell():
+    """The kernel's last schedule of an exiting task comes after its record: a zombie read
+    by a pass has a switch and some ns more than its record. Nothing is left to close, and
+    nothing fell: `read`, never `counter_fell`."""
+    alive = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    zombie = proc(10, START, at=300 * SEC, threads=[thread(10, START, cpu=4 * SEC + 5000)])
+    tracker = two_passes(alive, second=[alive])
+    tracker.advance([zombie], 300 * SEC)
+    closed = tracker.close([record(10, at=301 * SEC, lived=301 * SEC - START * TICK_NS,
+                                   on_cpu=4 * SEC)])  # fmt: skip
+    assert closed.deltas == [] and closed.outcomes == {"read": 1}
+
+
+def test_a_task_gone_before_the_pass_read_it_is_closed_against_its_last_reading():
+    """Exited after the first pass read it, before the second did: the second pass drops it
+    from the cache, and its record, taken after that pass, closes it all the same."""
+    read = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    tracker = two_passes(read, second=[])
+    assert tracker.tracked_processes == 0
+    closed = tracker.close([record(10, at=150 * SEC, lived=100 * SEC, on_cpu=5 * SEC)])
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == 2 * SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (1, 50 * SEC)
+
+
+def test_a_thread_of_a_live_process_closes_its_own_interval_only():
+    """A worker thread of a process that lives on: its thread fields, not the process."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC),
+                                                  thread(11, START + 10, cpu=SEC)])  # fmt: skip
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(11, 10, at=210 * SEC, lived=210 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=3 * SEC)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert delta.fields.on_cpu_nanos == 2 * SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (0, 0)
+
+
+def test_a_thread_gone_from_a_live_process_is_closed_against_its_last_reading():
+    """Thread 11 read by the first pass, gone by the second, which reads its process on:
+    its record, taken after the second pass, closes it from the first pass's reading, and
+    is not taken for a birth (it was counted whole, or from its own earlier reading, by
+    the pass that read it)."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    first = proc(10, START, at=100 * SEC, threads=both)
+    second = proc(10, START, at=200 * SEC, threads=both[:1])
+    tracker = two_passes(first, second=[second])
+    closed = tracker.close(
+        [record(11, 10, at=201 * SEC, lived=201 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=201 * SEC - START * TICK_NS, on_cpu=3 * SEC)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == 2 * SEC
+    assert delta.process is second
+
+
+def test_a_task_born_and_gone_between_passes_counts_whole_in_its_parents_group():
+    """A short process (not in the cache), started after the interval began (100 s):
+    every counter of its record, its own user and system time too, its life observed."""
+    tracker = two_passes(second=[])
+    closed = tracker.close(
+        [record(99, at=180 * SEC, lived=30 * 10**6, ppid=7, on_cpu=20 * 10**6,
+                delay=5 * 10**6, utime_us=20_000, majflt=1)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"born": 1}
+    assert delta.process is None and delta.ppid == 7
+    fields = delta.fields
+    assert (fields.on_cpu_nanos, fields.run_delay_nanos, fields.cpu_user_nanos) == (
+        20 * 10**6, 5 * 10**6, 20 * 10**6,
+    )  # fmt: skip
+    assert (fields.processes, fields.observed_nanos, fields.major_faults) == (1, 30 * 10**6, 1)
+
+
+def test_a_thread_born_and_gone_in_a_live_process_adds_its_thread_fields_only():
+    """Its user time is in its process's stat from then on (a live process's takes its
+    gone threads' in): counting it here would count it twice."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(55, 10, at=210 * SEC, lived=2 * SEC, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=SEC, utime_us=10**6)]
+    )  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"born": 1} and delta.process is not None
+    assert (delta.fields.on_cpu_nanos, delta.fields.cpu_user_nanos) == (SEC, 0)
+
+
+def test_a_record_of_a_task_older_than_the_interval_that_no_pass_read_closes_nothing():
+    tracker = two_passes(second=[])
+    closed = tracker.close([record(99, at=180 * SEC, lived=150 * SEC, on_cpu=SEC)])
+    assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
+
+
+def test_a_task_that_may_have_started_before_the_first_pass_ended_is_not_counted_whole():
+    """The first pass read every process from 100 s to 101 s: a task gone at 101.5 s that
+    began before 101 s may be one no pass read, of any age; one that began later is
+    new."""
+    tracker = Tracker(HZ)
+    tracker.advance([], 100 * SEC, read_until_ns=101 * SEC)
+    old = record(99, at=101_500_000_000, lived=SEC, on_cpu=SEC)
+    new = record(98, at=101_500_000_000, lived=SEC // 4, waited=SEC // 8, on_cpu=SEC // 8)
+    closed = tracker.close([old, new])
+    assert closed.outcomes == {"unmatched": 1, "born": 1}
+    assert [d.record.pid for d in closed.deltas] == [98]
+
+
+def test_a_reused_pid_is_not_the_task_the_cache_holds():
+    """PID 10 cached for a process read alive at 200 s; the record is of a task started at
+    205 s under the same PID (born since the interval began, after the cached one was
+    read): counted whole, the cached task left alone."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close([record(10, at=210 * SEC, lived=5 * SEC, on_cpu=SEC)])
+    assert closed.outcomes == {"born": 1}
+    assert closed.deltas[0].process is None and closed.deltas[0].fields.on_cpu_nanos == SEC
+    assert tracker._cache[10].threads[0].on_cpu_ns == 3 * SEC
+
+
+def passes_every(seconds: int, *passes: list, keeps: bool = True) -> Tracker:
+    """A tracker through one pass every `seconds` s from `seconds` s, each given its
+    processes, read for a second after its listing."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = keeps
+    for n, readings in enumerate(passes, 1):
+        tracker.advance(list(readings), n * seconds * SEC, read_until_ns=(n * seconds + 1) * SEC)
+    return tracker
+
+
+def test_a_task_born_just_after_the_interval_began_counts_whole_however_long_it_waited():
+    """Passes at 100, 200 and 300 s: the records taken after the third are of the
+    interval begun at 200 s. A task born at 200.05 s, gone at 200.2 s, its record read at
+    200.3 s by a listener that last found the socket empty at 199.9 s (it may have waited
+    0.4 s, and so began as early as 199.65 s): read by no pass (what they left is kept),
+    it counts whole, in its parent's group."""
+    started, gone, read_at = 200_050_000_000, 200_200_000_000, 200_300_000_000
+    other = proc(20, START, at=100 * SEC)
+    tracker = passes_every(100, [other], [], [])
+    born = record(77, at=read_at, lived=gone - started, waited=400_000_000, ppid=5,
+                  on_cpu=10**8)  # fmt: skip
+    closed = tracker.close([born])
+    assert closed.outcomes == {"born": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == 10**8 and closed.deltas[0].ppid == 5
+
+
+def test_a_thread_gone_two_passes_before_its_record_is_closed_against_its_last_reading():
+    """Thread 11 read at 100 s, gone by 200 s; its record, kept waiting in the socket
+    past the pass at 200 s, comes before the one at 201.5 s: closed against the reading
+    of 100 s, not counted whole, nor lost."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    tracker.advance([proc(10, START, at=100 * SEC, threads=both)], 100 * SEC,
+                    read_until_ns=100 * SEC)  # fmt: skip
+    tracker.advance([proc(10, START, at=200 * SEC, threads=both[:1])], 200 * SEC,
+                    read_until_ns=200 * SEC)  # fmt: skip
+    tracker.advance([proc(10, START, at=int(201.5 * SEC), threads=both[:1])],
+                    int(201.5 * SEC), read_until_ns=int(201.5 * SEC))  # fmt: skip
+    waited = int(1.8 * SEC)
+    closed = tracker.close(
+        [record(11, 10, at=int(201.6 * SEC), lived=int(201.6 * SEC) - (START + 10) * TICK_NS,
+                last=False, waited=waited, group_lived=int(201.6 * SEC) - START * TICK_NS,
+                on_cpu=3 * SEC)]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 1} and closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
+
+
+def test_a_process_a_pass_could_not_read_is_not_counted_whole_when_it_exits():
+    """Read at 100 s, then unreadable to every pass (not in their readings): what the
+    passes left of it goes once no record can need it. Its record at 450 s is of a task
+    that began before the pass whose readings went ended: it may have been counted, and
+    is not counted whole again."""
+    read = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = passes_every(100, [read], [], [], [])
+    assert tracker._forgotten_ns == 201 * SEC
+    closed = tracker.close([record(10, at=450 * SEC, lived=450 * SEC - START * TICK_NS,
+                                   on_cpu=9 * SEC)])  # fmt: skip
+    assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
+
+
+def test_what_passes_leave_for_records_is_what_a_record_may_still_close():
+    """A pass keeps the readings it dropped, and those it replaced where a task is gone
+    from the new one (or the PID is another process's): not those whose every task it
+    read again. They are let go once a record of a task gone before them would be late,
+    and past MAX_KEPT_PASSES passes."""
+    from collector.tracker import MAX_KEPT_PASSES
+
+    steady = [thread(10, START, cpu=SEC), thread(11, START, cpu=SEC)]
+    first = [proc(10, START, at=100 * SEC, threads=steady), proc(20, START, at=100 * SEC),
+             proc(30, START, at=100 * SEC), proc(40, START, at=100 * SEC)]  # fmt: skip
+    second = [proc(10, START, at=101 * SEC, threads=[*steady[:1], thread(12, START + 9)]),
+              proc(20, START, at=101 * SEC), proc(40, START + 1, at=101 * SEC)]  # fmt: skip
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    tracker.advance(first, 100 * SEC, read_until_ns=100 * SEC)
+    tracker.advance(second, 101 * SEC, read_until_ns=101 * SEC)
+    (left,) = tracker._left
+    assert sorted(left.readings) == [10, 30, 40]  # a task gone, the process gone, PID reused
+    # a pass every 10 ms: those left go as their tasks' records would be late, or the most
+    for n in range(2, 400):
+        at = 101 * SEC + n * 10**7
+        tracker.advance([proc(50 + n % 2, START, at=at)], at, read_until_ns=at)
+        assert len(tracker._left) <= MAX_KEPT_PASSES
+    assert tracker._forgotten_ns > 101 * SEC
+    # a pass every 10 s: the two last
+    for n in range(1, 5):
+        at = 200 * SEC + n * 10 * SEC
+        tracker.advance([proc(60 + n % 2, START, at=at)], at, read_until_ns=at)
+    assert [left.read_until_ns for left in tracker._left] == [230 * SEC, 240 * SEC]
+
+
+def test_a_sleeper_killed_after_a_pass_read_it_closes_its_process():
+    """Asleep since a pass read it at 200 s, killed at 250 s: its record's counters are
+    the ones read (it did not run since). Read alive, before its exit: its process's
+    interval closes, empty but for the process and its time observed, not taken for a
+    zombie read past its record."""
+    asleep = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC, vol=5)])
+    tracker = two_passes(asleep, second=[asleep])
+    closed = tracker.close([record(10, at=250 * SEC, lived=250 * SEC - START * TICK_NS,
+                                   waited=SEC, on_cpu=SEC, vol=5)])  # fmt: skip
+    assert closed.outcomes == {"closed": 1}
+    fields = closed.deltas[0].fields
+    assert (fields.on_cpu_nanos, fields.voluntary_switches) == (0, 0)
+    assert (fields.processes, fields.observed_nanos) == (0, 50 * SEC)
+
+
+@pytest.mark.parametrize(("waited", "outcome"), [(1_500_000_000, "closed"), (3 * SEC, "late")])
+def test_a_record_that_may_have_waited_past_the_tolerance_closes_nothing(waited, outcome):
+    """The held task's own record, 1.5 s or 3 s late, as long as the listener says it may
+    have waited: within START_TOLERANCE_NS it is matched; past it, it closes nothing
+    (`late`) rather than be taken for another task's, or for a birth."""
+    assert 1_500_000_000 < START_TOLERANCE_NS < 3 * SEC
+    start = 170 * SEC // TICK_NS
+    read = proc(10, start, at=200 * SEC, threads=[thread(10, start, cpu=3 * SEC)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close([record(10, at=210 * SEC + waited, lived=40 * SEC, waited=waited,
+                                   on_cpu=4 * SEC)])  # fmt: skip
+    assert closed.outcomes == {outcome: 1}
+
+
+def test_a_counter_below_the_cached_one_closes_nothing():
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=3 * SEC, delay=SEC)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(10, at=210 * SEC, lived=210 * SEC - START * TICK_NS, on_cpu=4 * SEC, delay=0)]
+    )
+    assert closed.deltas == [] and closed.outcomes == {"counter_fell": 1}
+
+
+@pytest.mark.parametrize(
+    ("late", "waited", "matched"),
+    [
+        (0, 0, True),
+        (TICK_NS - 1000, 0, True),  # within the tick the start was rounded down to
+        (TICK_NS, 0, False),  # the next tick: another task's
+        (TICK_NS + SEC, SEC + 1000, True),  # a second late, and it may have waited that long
+        (TICK_NS + SEC, SEC, False),  # a second late, and it waited less: another task's
+        (-1000, 0, False),  # a µs before the task began: not this task
+    ],
+)
+def test_a_record_matches_its_task_to_the_tick_and_the_time_it_may_have_waited(
+    late, waited, matched
+):
+    """A record's start is its arrival less the time it lived (µs, rounded down): never
+    before the task's start, later by as long as it waited in the socket, which the
+    listener bounds (`waited_ns`); `/proc`'s start is rounded down to the tick (10 ms). The
+    task's start must lie in both."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = two_passes(read, second=[read])
+    start = START * TICK_NS + late
+    closed = tracker.close(
+        [record(10, at=210 * SEC, lived=210 * SEC - start, waited=waited, on_cpu=2 * SEC)]
+    )
+    assert (closed.outcomes.get("closed", 0) == 1) is matched
+
+
+# -- what the review of the guard found: each case a test -------------------------------------
+
+
+def test_a_carried_process_gone_is_observed_from_its_carried_instant():
+    """Read at 200 s, carried at 300 s (its cgroup did not run: observed to 300 s then),
+    gone at 400 s, its record at 350 s: observed from 300 s, not again from 200 s."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    p100 = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=SEC)])
+    p200 = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=2 * SEC)])
+    tracker.advance([p100], 100 * SEC)
+    tracker.advance([p200], 200 * SEC)
+    tracker.advance([], 300 * SEC, carry(p200), carried_at_ns=300 * SEC)
+    tracker.advance([], 400 * SEC)
+    closed = tracker.close([record(10, at=350 * SEC, lived=350 * SEC - START * TICK_NS,
+                                   on_cpu=3 * SEC)])  # fmt: skip
+    assert closed.deltas[0].fields.observed_nanos == 50 * SEC
+
+
+def test_a_late_record_of_a_task_read_just_after_its_start_is_not_a_birth():
+    """Started half a second before the pass read it (counted whole by the birth rule), its
+    record may have waited 1.5 s: its start matches the held task's, whose interval it
+    closes, and it does not pass for a reused PID's newborn, counted whole again."""
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    start = int(199.5 * SEC) // TICK_NS
+    tracker.advance([], 100 * SEC)
+    tracker.advance([proc(10, start, at=200 * SEC, threads=[thread(10, start, cpu=SEC // 2)])],
+                    200 * SEC)  # fmt: skip
+    closed = tracker.close([record(10, at=202_500_000_000, lived=int(1.5 * SEC),
+                                   waited=int(1.5 * SEC), on_cpu=SEC)])  # fmt: skip
+    assert closed.outcomes == {"closed": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == SEC // 2
+
+
+def test_a_new_process_whose_threads_exit_before_it_is_read_has_their_time_once():
+    """A process born just after a pass listed `/proc` (200 s): a worker thread exits
+    before any pass reads the process. Its thread fields count with its record; its user
+    time does not, since the pass that reads the process takes its `stat`, which has the
+    thread's, whole (the birth rule)."""
+    tracker = two_passes(second=[])
+    worker = record(91, 90, at=201 * SEC, lived=SEC // 2, group_lived=SEC // 2 + SEC // 10,
+                    last=False, on_cpu=SEC // 4, utime_us=250_000)  # fmt: skip
+    (delta,) = tracker.close([worker]).deltas
+    assert (delta.fields.on_cpu_nanos, delta.fields.cpu_user_nanos) == (SEC // 4, 0)
+    assert delta.fields.processes == 0
+    start = 200_400_000_000 // TICK_NS
+    read = tracker.advance([proc(90, start, at=300 * SEC, user=30,
+                                 threads=[thread(90, start, cpu=SEC)])], 300 * SEC)  # fmt: skip
+    assert [d.fields.cpu_user_nanos for d in read.deltas] == [30 * TICK_NS]  # whole, once
+    assert tracker._pending == {}
+
+
+def test_a_new_process_gone_before_any_pass_has_its_tasks_times_and_one_life():
+    """A process born and gone between two passes, two tasks: one process, its life
+    observed, its user and system time the sum of its tasks'."""
+    tracker = two_passes(second=[])
+    leader = record(90, 90, at=180 * SEC, lived=30 * 10**6, group_lived=30 * 10**6, last=False,
+                    on_cpu=10**6, utime_us=1000, stime_us=10)  # fmt: skip
+    worker = record(91, 90, at=181 * SEC, lived=5 * 10**6, group_lived=1030 * 10**6,
+                    last=True, on_cpu=10**6, utime_us=2000, stime_us=20, majflt=1)  # fmt: skip
+    closed = tracker.close([leader, worker])
+    total = Fields()
+    for delta in closed.deltas:
+        total.add(delta.fields)
+    assert (total.processes, total.observed_nanos) == (1, 1030 * 10**6)
+    assert (total.cpu_user_nanos, total.cpu_system_nanos) == (3_000_000, 30_000)
+    assert (total.on_cpu_nanos, total.major_faults) == (2 * 10**6, 1)
+
+
+def test_a_leader_gone_before_its_threads_adds_nothing_more_when_read_again():
+    """The leader thread exits (its record closes it); the process lives on in its other
+    thread, and the next pass reads the leader's last counters again: nothing more."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = two_passes(proc(10, START, at=200 * SEC, threads=both),
+                         second=[proc(10, START, at=200 * SEC, threads=both)])  # fmt: skip
+    closed = tracker.close([record(10, 10, at=210 * SEC, lived=210 * SEC - START * TICK_NS,
+                                   last=False, on_cpu=3 * SEC, delay=SEC)])  # fmt: skip
+    assert closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
+    later = tracker.advance([proc(10, START, at=300 * SEC, threads=[
+        thread(10, START, cpu=3 * SEC, delay=SEC), thread(11, START + 10, cpu=SEC)])],
+        300 * SEC)  # fmt: skip
+    (delta,) = later.deltas
+    assert (delta.fields.on_cpu_nanos, delta.fields.run_delay_nanos) == (0, 0)
+
+
+def test_a_reused_pid_after_a_closed_process_is_counted():
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = two_passes(read, second=[read])
+    tracker.close([record(10, at=210 * SEC, lived=210 * SEC - START * TICK_NS, on_cpu=2 * SEC)])
+    new_start = 250 * SEC // TICK_NS
+    reused = proc(10, new_start, at=300 * SEC, threads=[thread(10, new_start, cpu=SEC)])
+    later = tracker.advance([reused], 300 * SEC)
+    assert [d.born for d in later.deltas] == [True]
+
+
+def test_the_last_task_is_the_kernels_agroup_bit_and_tgid_comes_from_version_12():
+    stats = bytearray(taskstats(42, 40, version=12, last=False))
+    stats[8] = 0x20  # include/uapi/linux/acct.h: AGROUP
+    got = parse_stats(bytes(stats), 0)
+    assert got is not None and got.last and got.tgid == 40
+
+
+def test_attributes_and_messages_are_taken_at_four_byte_boundaries():
+    inner = (attribute(7, b"abc") + attribute(TASKSTATS_TYPE_PID, struct.pack("=I", 42))
+             + attribute(TASKSTATS_TYPE_STATS, taskstats(42)))  # fmt: skip
+    exit42 = message(attribute(TASKSTATS_TYPE_AGGR_PID, inner))
+    noop = struct.pack("=IHHII", 17, 1, 0, 0, 0) + b"x" + b"\0" * 3  # NLMSG_NOOP, padded
+    assert [r.pid for r in parse_messages(noop + exit42, 0)[0]] == [42]
+
+
+class Overflowing:
+    """A socket whose first two reads overflow, then gives one record."""
+
+    def __init__(self, then: bytes):
+        self.calls, self.then = 0, then
+
+    def recv_into(self, buffer):
+        self.calls += 1
+        if self.calls <= 2:
+            raise OSError(errno.ENOBUFS, "No buffer space available")
+        if self.calls == 3:
+            buffer[: len(self.then)] = self.then
+            return len(self.then)
+        time.sleep(0.01)
+        raise TimeoutError
+
+    def settimeout(self, seconds):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_an_overflow_is_counted_and_listening_goes_on():
+    sock = Overflowing(exit_message(taskstats(300, lived_us=1000), 300))
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=sock).listen()
+    try:
+        deadline = time.monotonic() + 5
+        while listener.received < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert listener.overflows == 2 and [r.pid for r in listener.drain()] == [300]
+    finally:
+        listener.close()
+
+
+def test_a_message_no_kernel_sends_is_counted_and_listening_goes_on():
+    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.settimeout(0.05)
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    try:
+        kernel.send(struct.pack("=IHHII", 16, 2, 0, 0, 0))  # NLMSG_ERROR with no code
+        kernel.send(exit_message(taskstats(301, lived_us=1000), 301))
+        deadline = time.monotonic() + 5
+        while listener.received < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [r.pid for r in listener.drain()] == [301]
+        assert listener._thread.is_alive()
+    finally:
+        listener.close()
+        kernel.close()
+
+
+# -- the engine: each record into its group -----------------------------------------------------
+
+
+class QueuedListener:
+    """A listener whose records are the ones a test queues."""
+
+    overflows = dropped = 0
+
+    def __init__(self):
+        self.queue: list[bytes] = []
+
+    def drain(self) -> ExitRecords:
+        queue, self.queue = self.queue, []
+        return ExitRecords(b"".join(queue))
+
+
+def engine_after_a_pass(pods_only: bool = False, unplace: bytes | None = None):
+    """The fixture node's engine (tests/fixturetree.py), listening, after its first pass;
+    with `unplace`, processes whose cgroup file holds it are in no group a file tells."""
+    run = FixtureRun(pods_only=pods_only)
+    engine = run.engine
+    engine.exits = QueuedListener()
+    engine.tracker.keeps_replaced = True
+    if unplace is not None:
+        real = engine.grouper.group_of
+        engine.grouper.group_of = lambda text: UNPLACED if unplace in text else real(text)
+    engine.run_pass()
+    run.sleep(10)
+    return engine
+
+
+def born_record(ppid: int, on_cpu: int, pid: int = 60000) -> bytes:
+    """A task born and gone between the fixture's two passes, packed as the listener holds it."""
+    return pack_stats(taskstats(pid, pid, ppid=ppid, lived_us=1000, on_cpu=on_cpu),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_task_born_and_gone_counts_in_its_parents_group():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(200, 7_000_001))  # 200: a pod's process
+    result = engine.run_pass()
+    pod = engine._group_of_pid[200]
+    assert result.intervals[pod].on_cpu_nanos >= 7_000_001
+    assert result.exits == {"born": 1}
+
+
+def test_pods_only_leaves_a_non_pod_parents_child_out_and_a_pods_in():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue += [born_record(100, 7_000_001, 60000), born_record(300, 5_000_003, 60001)]
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 0
+    assert sum(f.on_cpu_nanos for f in result.intervals.values()) % 10 == 3  # the pod's only
+
+
+@pytest.mark.parametrize("pods_only", [False, True])
+def test_a_child_of_an_unplaced_parent_is_counted_unplaced_not_dropped(pods_only):
+    engine = engine_after_a_pass(pods_only=pods_only, unplace=b"odd.service")
+    engine.exits.queue.append(born_record(100, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000
+    assert result.exits == {"born": 1, "unplaced": 1}
+
+
+def held_100_record(ppid: int = 200) -> bytes:
+    """Process 100 of the fixture (started at 500 ticks, odd.service): its last record."""
+    lived_us = (1010 * SEC + SEC // 2 - 500 * TICK_NS) // 1000
+    return pack_stats(taskstats(100, 100, ppid=ppid, lived_us=lived_us, on_cpu=3_000_777,
+                                delay=15000, vol=13, invol=2, wr=4096),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_held_process_closes_in_its_own_group_not_its_parents():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    odd, pod = engine._group_of_pid[100], engine._group_of_pid[200]
+    assert result.exits == {"closed": 1}
+    assert result.intervals[odd].on_cpu_nanos % 1000 == 777
+    assert result.intervals[pod].on_cpu_nanos % 1000 != 777
+
+
+def test_pods_only_drops_a_held_non_pod_processs_record_without_calling_it_unplaced():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    assert result.exits == {"closed": 1} and result.exits_unplaced.on_cpu_nanos == 0
+
+
+def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_group():
+    """600 was read by the first pass (the cart pod) and is gone from the second's /proc."""
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(600, 7_000_001))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1} and result.exits_unplaced.on_cpu_nanos == 0
+    cart = engine._group_of_pid[200]
+    assert result.intervals[cart].on_cpu_nanos % 10 == 1
+
+
+def test_a_child_of_an_unknown_parent_is_unplaced():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(99999, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1, "unplaced": 1}
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000
