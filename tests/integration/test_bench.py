@@ -597,7 +597,10 @@ def test_smoke_exitcost_prints_a_row_for_each_rate():
         numbers = [float(cell.replace(",", "").rstrip("%")) for cell in row]
         assert all(n >= 0 for n in numbers), row
         made, records, storm, node = numbers[1], numbers[7], numbers[8], numbers[9]
-        assert made > 0 and storm > 0 and node >= storm, row  # the storm ran, in the node's
+        # the storm ran, its tasks among the node's: each end reads the storm's count, then
+        # /proc/stat, and the storm goes on between the two, so a few of its tasks made
+        # between them count in the node's span at one end and not at the other
+        assert made > 0 and storm > 0 and node >= 0.95 * storm, row
         assert records > 0, row  # the served page counted records
     notes = [line for line in lines[start + 3 :] if ": a pass " in line]
     assert [note.split(":")[0] for note in notes] == ["at 300/s", "at 600/s"]
