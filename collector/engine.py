@@ -93,6 +93,13 @@ GC_SWEEP_PASSES = 64
 handed back to the cyclic garbage collector and a full collection runs."""
 
 
+def slept_ns() -> int:
+    """How long the machine has been suspended since it booted, up to a constant:
+    CLOCK_BOOTTIME runs on through a suspend, CLOCK_MONOTONIC stops (an exit record's life
+    is on the latter, `/proc`'s start times on the former)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
 @contextlib.contextmanager
 def _cyclic_gc_paused(freeze: bool = False, sweep: bool = False):
     """The cyclic garbage collector off for the span of a pass.
@@ -168,6 +175,7 @@ class Engine:
         # processes by PID (a task born and gone is its parent's)
         self.exits = exits
         tracker.keeps_replaced = exits is not None  # a live process's gone threads' readings
+        self.slept: Callable[[], int] = slept_ns  # the machine's time suspended (exit records)
         self._group_of_pid: Mapping[int, Group | None] = {}
         self._astray_pids: set[int] = set()  # of those, the ones no file placed
 
@@ -195,6 +203,7 @@ class Engine:
                 readings.carried,
                 readings.carried_at_ns,
                 readings.read_until_ns,
+                self.slept(),
             )
             grouped = group_pass(
                 advance.deltas,
@@ -297,7 +306,7 @@ class Engine:
                 interval = grouped.intervals[group] = Fields()
             interval.add(delta.fields)
 
-        closed = self.tracker.close(self.exits.drain(), sink=place)
+        closed = self.tracker.close(self.exits.drain(), sink=place, slept_ns=self.slept())
         if unplaced_count:
             closed.outcomes["unplaced"] += unplaced_count
         self._group_of_pid = grouped.group_of_pid

@@ -93,6 +93,7 @@ class _LeftBehind(NamedTuple):
     read_until_ns: int
     readings: dict[int, ProcessReading]
     since: dict[int, _Instant]
+    slept_ns: int  # the machine's time suspended by then (`Tracker.advance`)
 
 
 _ThreadSums = tuple[int, int, int, int, int, int]
@@ -100,16 +101,20 @@ _ThreadSums = tuple[int, int, int, int, int, int]
 _NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
 
 
-def _started_as(start_ticks: int, record: ExitRecord, of_group: bool, hz: int) -> bool:
+def _started_as(
+    start_ticks: int, record: ExitRecord, of_group: bool, hz: int, asleep_ns: int = 0
+) -> bool:
     """Whether a task that started at `start_ticks` (clock ticks since boot, `/proc`'s,
     rounded down) is the one an exit record says started at its `start_ns` (or its
     process's, `of_group`): the record's arrival less the time the task lived (µs, rounded
     down), never before the task's start, and later by as long as the record waited in the
     socket, at most its `waited_ns`. So the task's start lies from `start_ns - waited_ns` to
-    `start_ns`, and that span must meet the tick `start_ticks` names."""
+    `start_ns`, and that span must meet the tick `start_ticks` names; earlier by
+    `asleep_ns` too where the machine may have been suspended in the task's life."""
     start_ns = record.group_start_ns if of_group else record.start_ns
     low = ticks_to_ns(start_ticks, hz)
-    return low <= start_ns and start_ns - record.waited_ns < ticks_to_ns(start_ticks + 1, hz)
+    earliest = start_ns - record.waited_ns - asleep_ns
+    return low <= start_ns and earliest < ticks_to_ns(start_ticks + 1, hz)
 
 
 _READ = Fields()
@@ -248,6 +253,7 @@ class Tracker:
         self.keeps_replaced = False
         self._left: deque[_LeftBehind] = deque()
         self._forgotten_ns: int | None = None
+        self._forgotten_slept_ns = 0  # the machine's time suspended by then
         self._contributed: set[int] = set()  # PIDs the last pass took a delta of
         self._pending: dict[int, _Pending] = {}  # by PID: processes born since, never read
         self._passes = 0
@@ -281,11 +287,14 @@ class Tracker:
         carried: Iterable[Carried] = (),
         carried_at_ns: int | None = None,
         read_until_ns: int | None = None,
+        slept_ns: int = 0,
     ) -> Advance:
         """Guard one pass. `listed_at_ns` is when this pass began listing `/proc`;
         `read_until_ns`, when it had read every process and listed their tasks (a task
         missing from its readings had exited by then: `close`), by default the latest
-        instant among its listing, its readings and `carried_at_ns`.
+        instant among its listing, its readings and `carried_at_ns`; `slept_ns`, how long the
+        machine had been suspended in all by then (CLOCK_BOOTTIME less CLOCK_MONOTONIC: a
+        record's life runs on the monotonic clock, `close`).
 
         `carried`: the blocks the reader carried over (`PassReadings.carried`): last
         pass's very readings, which stand for `carried_at_ns`. Each gives one
@@ -377,13 +386,14 @@ class Tracker:
             read_until_ns = max(
                 [listed_at_ns, carried_at_ns or 0, *(reading.at_ns for reading in readings)]
             )
-        self._take(readings, carry, listed_at_ns, read_until_ns, lost)
+        self._take(readings, carry, listed_at_ns, (read_until_ns, slept_ns), lost)
         return result
 
     def close(
         self,
         records: Iterable[ExitRecord],
         sink: Callable[[ExitDelta], object] | None = None,
+        slept_ns: int | None = None,
     ) -> Closed:
         """Close tasks' last intervals with their exit records (docs/reference.md §2), once
         a pass is taken (`advance`), with the records received since the last was: a record
@@ -393,7 +403,11 @@ class Tracker:
         reading's: only where its start is that task's (`_started_as`), and not where a
         counter fell; a task not held that started after the end of the latest pass whose
         readings went (`_forgotten_ns`) was read by no pass, and counts whole; any other
-        record closes nothing (`unmatched`).
+        record closes nothing (`unmatched`). A record's life runs on the monotonic clock,
+        which stops while the machine is suspended: `slept_ns`, the machine's time suspended
+        now (as `advance` takes it), less that at the end of that pass, is how much later
+        than its own a start derived from it may be; a birth must hold even that much
+        earlier (None: as at that pass).
 
         Of a task held, the thread fields count (on-CPU, run delay, switches, storage
         bytes: final less the cached thread's), and its process's interval closes with its
@@ -409,6 +423,8 @@ class Tracker:
         With `sink`, each delta is given to it as it is made, not kept in the result."""
         result = Closed()
         forgotten = self._forgotten_ns
+        # a start derived since that pass may be later than the task's by a suspend
+        asleep = 0 if slept_ns is None else max(0, slept_ns - self._forgotten_slept_ns)
         cache, hz = self._cache, self.hz
         # where to look for a task: the cache, then what the last passes left, newest first
         places = [(cache, self._since)]
@@ -445,7 +461,14 @@ class Tracker:
             # No pass read it (what they read and left is kept): it started after the
             # end of the latest pass whose readings went, at its earliest start (its
             # arrival less its life and the longest it waited).
-            born = forgotten is not None and record.start_ns - record.waited_ns > forgotten
+            earliest = record.start_ns - record.waited_ns - asleep
+            born = forgotten is not None and earliest > forgotten
+            if born and asleep and thread is None:  # a suspend since: is it one held?
+                born = not any(
+                    (held_process := readings.get(tgid)) is not None
+                    and _started_as(held_process.start_ticks, record, True, hz, asleep)
+                    for readings, _ in places
+                )
             if thread is not None:
                 # read alive, before it exited: at the earliest its record may have come
                 read_alive = read_at < record.received_ns - record.waited_ns
@@ -459,7 +482,14 @@ class Tracker:
                     result.outcomes["read"] += 1
                     continue
             elif born:
-                fields = _whole(record, self._pending_of(record) if process is None else None)
+                # its process's own fields too, where no pass read the process either: it
+                # started after that pass ended, and none holds a reading of it
+                process_born = (
+                    process is None
+                    and forgotten is not None
+                    and record.group_start_ns - record.waited_ns - asleep > forgotten
+                )
+                fields = _whole(record, self._pending_of(record) if process_born else None)
             else:
                 result.outcomes["unmatched"] += 1
                 continue
@@ -519,7 +549,7 @@ class Tracker:
         readings: list[ProcessReading] | tuple,
         carry: _Carry,
         listed_at_ns: int,
-        read_until_ns: int,
+        read_until: tuple[int, int],
         lost: set[int] | None,
     ):
         """The pass is taken whole: nothing fails from here on."""
@@ -550,7 +580,7 @@ class Tracker:
             instant = since_of.pop(pid, None)
             if instant is not None:
                 before_since[pid] = instant
-        self._keep_left(before, before_since, read_until_ns)
+        self._keep_left(before, before_since, *read_until)
         self._passes += 1
         if pending:  # a process never read, whose last record never came: forgotten
             for pid in [p for p, held in pending.items() if held.taken_at_pass < self._passes - 2]:
@@ -561,7 +591,11 @@ class Tracker:
         self._previous_listing_ns = listed_at_ns
 
     def _keep_left(
-        self, readings: dict[int, ProcessReading], since: dict[int, _Instant], read_until_ns: int
+        self,
+        readings: dict[int, ProcessReading],
+        since: dict[int, _Instant],
+        read_until_ns: int,
+        slept_ns: int,
     ) -> None:
         """Keep what this pass left behind for the records to come, and let go of what no
         record can need: every record closed from now on was received after the last
@@ -572,15 +606,17 @@ class Tracker:
         by it: its record counts it whole no more."""
         left = self._left
         if self._forgotten_ns is None:  # the first pass: a task older may never be read
-            self._forgotten_ns = read_until_ns
+            self._forgotten_ns, self._forgotten_slept_ns = read_until_ns, slept_ns
         if readings:
-            left.append(_LeftBehind(read_until_ns, readings, since))
+            left.append(_LeftBehind(read_until_ns, readings, since, slept_ns))
         previous = self._previous_listing_ns
         while left and (
             len(left) > MAX_KEPT_PASSES
             or (previous is not None and left[0].read_until_ns + START_TOLERANCE_NS < previous)
         ):
-            self._forgotten_ns = max(self._forgotten_ns, left.popleft().read_until_ns)
+            gone = left.popleft()
+            if gone.read_until_ns > self._forgotten_ns:
+                self._forgotten_ns, self._forgotten_slept_ns = gone.read_until_ns, gone.slept_ns
 
     def _carry(self, carried: Iterable[Carried], at_ns: int | None) -> _Carry:
         """What each carried block makes of the pass (`_Carry`), read from the tracker's

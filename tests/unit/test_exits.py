@@ -30,7 +30,7 @@ from collector.exits import (
 )
 from collector.groups import UNPLACED
 from collector.model import Fields
-from collector.tracker import START_TOLERANCE_NS, Tracker
+from collector.tracker import MAX_KEPT_PASSES, START_TOLERANCE_NS, Tracker
 from tests.fixturetree import FixtureRun
 from tests.unit.test_tracker import HZ, SEC, TICK_NS, carry, proc, thread
 
@@ -444,7 +444,6 @@ def test_what_passes_leave_for_records_is_what_a_record_may_still_close():
     from the new one (or the PID is another process's): not those whose every task it
     read again. They are let go once a record of a task gone before them would be late,
     and past MAX_KEPT_PASSES passes."""
-    from collector.tracker import MAX_KEPT_PASSES
 
     steady = [thread(10, START, cpu=SEC), thread(11, START, cpu=SEC)]
     first = [proc(10, START, at=100 * SEC, threads=steady), proc(20, START, at=100 * SEC),
@@ -483,6 +482,250 @@ def test_a_sleeper_killed_after_a_pass_read_it_closes_its_process():
     fields = closed.deltas[0].fields
     assert (fields.on_cpu_nanos, fields.voluntary_switches) == (0, 0)
     assert (fields.processes, fields.observed_nanos) == (0, 50 * SEC)
+
+
+# -- what the review of the kept readings found: each case a test ------------------------
+
+
+MS = 10**6
+
+
+def tracker_for_exits() -> Tracker:
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    return tracker
+
+
+def test_a_thread_gone_is_closed_against_the_newest_reading_left_not_an_older_one():
+    """Threads 11 and 12 read at 100 s; 11 gone by 200 s (the pass leaves the
+    reading of 100 s), 12 read at 200 s and gone by 300 s (that pass leaves the reading of
+    200 s). 12's record closes from 200 s: the pass at 200 s took its delta from 100 s."""
+    t10, t11, t12 = (
+        thread(10, START),
+        thread(11, START + 1, cpu=SEC),
+        thread(12, START + 2, cpu=SEC),
+    )
+    tracker = tracker_for_exits()
+    tracker.advance([proc(10, START, at=100 * SEC, threads=[t10, t11, t12])], 100 * SEC)
+    second = tracker.advance(
+        [proc(10, START, at=200 * SEC, threads=[t10, thread(12, START + 2, cpu=2 * SEC)])],
+        200 * SEC,
+    )
+    assert second.deltas[0].fields.on_cpu_nanos == SEC  # 12's 100 s -> 200 s
+    tracker.advance([proc(10, START, at=300 * SEC, threads=[t10])], 300 * SEC)
+    closed = tracker.close(
+        [
+            record(
+                12,
+                10,
+                at=301 * SEC,
+                lived=301 * SEC - (START + 2) * TICK_NS,
+                last=False,
+                group_lived=301 * SEC - START * TICK_NS,
+                on_cpu=3 * SEC,
+            )
+        ]
+    )
+    assert closed.outcomes == {"closed": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == SEC  # not 2 s: 100 s -> 200 s counted
+
+
+def one_second_passes(first_threads, gone_threads, n, at0=100):
+    """Passes every second from `at0` s, read for 0 s; process 10 has `first_threads` at
+    the first pass and `gone_threads` after; every pass also drops a short process (so
+    every pass leaves something)."""
+    tracker = tracker_for_exits()
+    for k in range(n):
+        at = (at0 + k) * SEC
+        threads = first_threads if k == 0 else gone_threads
+        tracker.advance(
+            [proc(10, START, at=at, threads=threads), proc(50 + k % 2, START, at=at)],
+            at,
+            read_until_ns=at,
+        )
+    return tracker
+
+
+def test_a_record_not_yet_late_closes_a_thread_gone_three_short_passes_before():
+    """Passes every second (100..103 s), each leaving something. Thread
+    11 read at 100 s, gone by 101 s (exited at 100.9 s); its record, read at 102.8 s, may
+    have waited 1.95 s (within START_TOLERANCE_NS): it closes from the reading of 100 s."""
+    both = [thread(10, START), thread(11, START + 1, cpu=SEC)]
+    tracker = one_second_passes(both, both[:1], 4)
+    closed = tracker.close(
+        [
+            record(
+                11,
+                10,
+                at=int(102.8 * SEC),
+                lived=int(100.9 * SEC) - (START + 1) * TICK_NS,
+                waited=int(1.95 * SEC),
+                last=False,
+                group_lived=int(100.9 * SEC) - START * TICK_NS,
+                on_cpu=2 * SEC,
+            )
+        ]
+    )
+    assert closed.outcomes == {"closed": 1}
+    assert closed.deltas[0].fields.on_cpu_nanos == SEC
+
+
+def test_a_waited_record_of_a_task_read_by_a_pass_whose_leftovers_went_is_not_counted_whole():
+    """Passes every 10 ms from 99.9 s, each leaving something: the
+    readings left go past MAX_KEPT_PASSES, long before a record is late. Task 77, born at
+    99.95 s, counted whole by the pass at 100 s (1 ms), exits at 100.005 s; its record,
+    read at 101 s, may have waited 1 s. Its last reading went: unmatched (lost), never
+    counted whole again (its start, less the wait, is before the pass that read it)."""
+    tracker = tracker_for_exits()
+    start = 9995  # 99.95 s
+    t = 99_900 * MS
+    tracker.advance([proc(50, START, at=t)], t, read_until_ns=t)
+    t = 100_000 * MS
+    first = tracker.advance(
+        [proc(77, start, at=t, threads=[thread(77, start, cpu=MS)])], t, read_until_ns=t
+    )
+    assert [d.fields.on_cpu_nanos for d in first.deltas] == [MS]
+    n = 1
+    while t < 101_000 * MS:
+        t += 10 * MS
+        tracker.advance([proc(50 + n % 2, START, at=t)], t, read_until_ns=t)
+        n += 1
+    assert all(77 not in left.readings for left in tracker._left)  # gone past the bound
+    closed = tracker.close([record(77, at=101_000 * MS, lived=55 * MS, waited=SEC, on_cpu=2 * MS)])
+    assert closed.outcomes == {"unmatched": 1}
+
+
+def test_a_process_whose_idle_threads_are_the_very_readings_is_not_kept_as_left():
+    """The incremental reader gives an idle thread's very reading again, in a
+    new tuple beside a thread that ran: no task is gone, nothing is left for a record."""
+    idle, busy = thread(10, START), thread(11, START, cpu=SEC)
+    tracker = tracker_for_exits()
+    tracker.advance([proc(10, START, at=100 * SEC, threads=[idle, busy])], 100 * SEC)
+    tracker.advance(
+        [
+            proc(10, START, at=200 * SEC, threads=[idle, thread(11, START, cpu=2 * SEC)]),
+        ],
+        200 * SEC,
+    )
+    assert all(10 not in left.readings for left in tracker._left)
+
+
+def test_without_read_until_a_pass_read_until_its_latest_reading():
+    """A pass listed at 100 s whose last reading is at 101.5 s read until then:
+    a thread gone from it is kept until a record of a task gone by 101.5 s would be late.
+    Passes at 102.5 s and 103 s; the record, read at 103.2 s, may have waited 1.85 s."""
+    both = [thread(10, START), thread(11, START + 1, cpu=SEC)]
+    tracker = tracker_for_exits()
+    tracker.advance([proc(10, START, at=99 * SEC, threads=both)], 99 * SEC)
+    tracker.advance(
+        [proc(20, START, at=100 * SEC), proc(10, START, at=int(101.5 * SEC), threads=both[:1])],
+        100 * SEC,
+    )
+    for at in (int(102.5 * SEC), 103 * SEC):
+        tracker.advance([proc(10, START, at=at, threads=both[:1])], at)
+    closed = tracker.close(
+        [
+            record(
+                11,
+                10,
+                at=int(103.2 * SEC),
+                lived=int(101.4 * SEC) - (START + 1) * TICK_NS,
+                waited=int(1.85 * SEC),
+                last=False,
+                group_lived=int(101.4 * SEC) - START * TICK_NS,
+                on_cpu=2 * SEC,
+            )
+        ]
+    )
+    assert closed.outcomes == {"closed": 1}
+
+
+def test_a_record_whose_earliest_start_is_the_forgotten_end_is_not_counted_whole():
+    """earliest start == _forgotten_ns."""
+    tracker = Tracker(HZ)
+    tracker.advance([], 100 * SEC, read_until_ns=101 * SEC)
+    closed = tracker.close([record(98, at=102 * SEC, lived=SEC // 2, waited=SEC // 2)])
+    assert closed.outcomes == {"unmatched": 1}
+
+
+def test_a_task_that_lived_across_a_suspend_is_not_counted_whole_again():
+    """reference.md §2: 'a task that lived across a suspend has a derived start later than
+    its own and goes `unmatched`'. Process 10 born at 110 s, counted whole by the pass at
+    115 s, read again at 3716 s after a suspend of 3600 s (CLOCK_BOOTTIME runs on,
+    ac_etime's monotonic clock does not), exits at 3720 s, gone from the pass at 3731 s.
+    Its record's derived start is 3710 s, not 110 s: it must not be counted whole."""
+    start = 110 * SEC // TICK_NS
+    tracker = tracker_for_exits()
+    tracker.advance([], 100 * SEC)
+    born = tracker.advance(
+        [proc(10, start, at=115 * SEC, user=10, threads=[thread(10, start, cpu=SEC)])], 115 * SEC
+    )
+    assert [d.born for d in born.deltas] == [True]
+    asleep = 3600 * SEC  # CLOCK_BOOTTIME less CLOCK_MONOTONIC grew by the suspend
+    tracker.advance(
+        [proc(10, start, at=3716 * SEC, user=20, threads=[thread(10, start, cpu=2 * SEC)])],
+        3716 * SEC,
+        slept_ns=asleep,
+    )
+    tracker.advance([], 3731 * SEC, slept_ns=asleep)
+    closed = tracker.close(
+        [
+            record(
+                10,
+                at=3720 * SEC + MS,
+                lived=10 * SEC,
+                waited=MS,
+                on_cpu=int(2.5 * SEC),
+                utime_us=250_000,
+            )
+        ],
+        slept_ns=asleep,
+    )
+    assert closed.outcomes == {"unmatched": 1}, (closed.outcomes, closed.deltas)
+
+
+def test_a_threads_record_after_its_last_tasks_still_closes_when_a_pass_read_the_zombie():
+    """Thread 11 exits at 200.5 s, then the leader, the last task; the
+    leader's record comes first (thread 11 was preempted between leaving its thread group
+    and sending its record) and closes the process. The pass at 215 s reads the zombie
+    (the leader alone); thread 11's record, read at 200.7 s, comes after it: it still
+    closes from the reading of 200 s."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 1, cpu=SEC)]
+    tracker = tracker_for_exits()
+    tracker.advance([proc(10, START, at=100 * SEC, threads=both)], 100 * SEC)
+    tracker.advance([proc(10, START, at=200 * SEC, threads=both)], 200 * SEC)
+    leader = tracker.close(
+        [
+            record(
+                10,
+                10,
+                at=int(200.6 * SEC),
+                lived=int(200.5 * SEC) - START * TICK_NS,
+                waited=SEC // 5,
+                on_cpu=2 * SEC,
+            )
+        ]
+    )
+    assert leader.outcomes == {"closed": 1}
+    zombie = tracker.advance(
+        [proc(10, START, at=215 * SEC, threads=[thread(10, START, cpu=2 * SEC)])], 215 * SEC
+    )
+    assert zombie.deltas == []
+    closed = tracker.close(
+        [
+            record(
+                11,
+                10,
+                at=int(200.7 * SEC),
+                lived=int(200.5 * SEC) - (START + 1) * TICK_NS,
+                last=False,
+                waited=SEC // 4,
+                group_lived=int(200.5 * SEC) - START * TICK_NS,
+                on_cpu=3 * SEC,
+            )
+        ]
+    )
+    assert closed.outcomes == {"closed": 1} and closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
 
 
 @pytest.mark.parametrize(("waited", "outcome"), [(1_500_000_000, "closed"), (3 * SEC, "late")])
@@ -802,3 +1045,21 @@ def test_a_child_of_an_unknown_parent_is_unplaced():
     result = engine.run_pass()
     assert result.exits == {"born": 1, "unplaced": 1}
     assert result.exits_unplaced.on_cpu_nanos == 7_000_000
+
+
+def test_a_process_no_pass_could_read_since_adds_only_its_last_threads_fields():
+    """A process read at 100 s and 200 s, then unreadable to every pass (not in their
+    readings); its last task, a thread born at 450 s, exits at 520 s. The thread was read
+    by no pass: its fields count whole. Its process was, before its readings went: its
+    user time, its one process and its life are not counted again."""
+    read = [proc(10, START, at=at * SEC, threads=[thread(10, START, cpu=SEC)]) for at in (100, 200)]
+    tracker = passes_every(100, [read[0]], [read[1]], [], [], [])
+    born_at = 450 * SEC
+    closed = tracker.close(
+        [record(11, 10, at=520 * SEC, lived=520 * SEC - born_at, last=True,
+                group_lived=520 * SEC - START * TICK_NS, on_cpu=SEC, utime_us=10**6)]
+    )  # fmt: skip
+    assert closed.outcomes == {"born": 1}
+    fields = closed.deltas[0].fields
+    assert fields.on_cpu_nanos == SEC
+    assert (fields.processes, fields.observed_nanos, fields.cpu_user_nanos) == (0, 0, 0)

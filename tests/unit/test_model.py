@@ -69,7 +69,7 @@ PINNED = {
     "collector.tracker.CarriedDelta": ("block", "readings", "observed_ns"),
     "collector.tracker.ExitDelta": ("record", "fields", "process", "ppid"),
     "collector.tracker._Kept": ("readings", "instant"),
-    "collector.tracker._LeftBehind": ("read_until_ns", "readings", "since"),
+    "collector.tracker._LeftBehind": ("read_until_ns", "readings", "since", "slept_ns"),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).
 FIELDS_ORDER = (
