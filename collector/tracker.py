@@ -78,6 +78,11 @@ START_TOLERANCE_NS = 2 * 10**9
 listener's own bound) and still be matched to a task: its start is known to no better.
 One that may have waited longer closes nothing (`late`)."""
 
+SUSPEND_SLACK_NS = 10**8
+"""Less growth than this in the time the machine was suspended (`Tracker.close`) is not a
+suspend but the two clocks read apart (µs, or a preemption between the two reads): a
+suspend and resume takes seconds."""
+
 MAX_KEPT_PASSES = 16
 """At most this many passes' gone tasks are kept for their records (`Tracker.close`): at
 the default interval two are, to cover START_TOLERANCE_NS; a shorter interval keeps
@@ -424,7 +429,9 @@ class Tracker:
         result = Closed()
         forgotten = self._forgotten_ns
         # a start derived since that pass may be later than the task's by a suspend
-        asleep = 0 if slept_ns is None else max(0, slept_ns - self._forgotten_slept_ns)
+        asleep = 0 if slept_ns is None else slept_ns - self._forgotten_slept_ns
+        if asleep < SUSPEND_SLACK_NS:
+            asleep = 0
         cache, hz = self._cache, self.hz
         # where to look for a task: the cache, then what the last passes left, newest first
         places = [(cache, self._since)]

@@ -152,8 +152,8 @@ def captured(engine: Engine) -> list:
     closes = []
     close_records = engine.tracker.close
 
-    def keeping(records, sink=None):
-        closed = close_records(records)  # the deltas kept, then given to the engine's sink
+    def keeping(records, sink=None, **given):
+        closed = close_records(records, **given)  # the deltas kept, then given to the sink
         closes.append(closed)
         for delta in closed.deltas if sink is not None else ():
             sink(delta)
@@ -167,8 +167,9 @@ def captured(engine: Engine) -> list:
 def test_a_reused_pid_is_another_task(pod):  # noqa: F811 (the fixture)
     """A process of the pod read by two passes is killed; before the next pass, a new
     process takes its PID (a child of another process of the pod), runs 50 ms and exits.
-    The next pass closes the first against its reading and counts the second whole, in
-    the pod: neither record is taken for the other's. The new process starts more than
+    The next pass closes the first against its reading (or leaves it, where its wait spans
+    that read) and counts the second whole, in the pod: neither record is taken for the
+    other's. The new process starts more than
     START_TOLERANCE_NS after the first: a PID taken again sooner than that is told apart
     by the counters alone (docs/reference.md §2)."""
     import sys
@@ -209,14 +210,20 @@ def test_a_reused_pid_is_another_task(pod):  # noqa: F811 (the fixture)
         if d.record.pid == d.record.tgid == first.pid and d.record.ppid in ours
     ]
     print(f"\nPID {first.pid} twice: {[(d.process is not None, d.fields) for d in deltas]}")
-    held, born = sorted(deltas, key=lambda d: d.process is None)
-    assert held.process is not None and held.process.start_ticks == first_start
-    assert held.fields.on_cpu_nanos < 10**7  # a sleep's last interval
+    # The first, killed asleep right after the pass read it, moved no counter since: its
+    # record closes its interval against that reading, or, where it may have come after
+    # an exit the pass read (its wait spans the read), nothing (`read`). Never a birth.
+    assert 1 <= len(deltas) <= 2, deltas
+    *held, born = sorted(deltas, key=lambda d: d.process is None)
+    assert len(held) <= 1 and all(d.process is not None for d in held), deltas
+    for first_record in held:
+        assert first_record.process.start_ticks == first_start
+        assert first_record.fields.on_cpu_nanos < 10**7  # a sleep's last interval
     assert born.process is None and born.fields.processes == 1
     assert born.fields.on_cpu_nanos == born.record.on_cpu_ns >= int(reported)
     _, fields = pod_interval(result, pod["uid"])
     assert fields.on_cpu_nanos >= born.record.on_cpu_ns
-    assert fields.processes >= 2
+    assert fields.processes >= 1 + len(held)
 
 
 STORM_SECONDS = float(os.environ.get("PROCDELTA_STORM_SECONDS", "60"))

@@ -1063,3 +1063,25 @@ def test_a_process_no_pass_could_read_since_adds_only_its_last_threads_fields():
     fields = closed.deltas[0].fields
     assert fields.on_cpu_nanos == SEC
     assert (fields.processes, fields.observed_nanos, fields.cpu_user_nanos) == (0, 0, 0)
+
+
+def test_the_clocks_read_apart_are_no_suspend():
+    """The time suspended is CLOCK_BOOTTIME less CLOCK_MONOTONIC, two reads µs apart, or
+    ms where the reader was preempted between them: a thread born and gone in a live
+    process the cache holds counts whole however the two reads fell, short of a suspend
+    (SUSPEND_SLACK_NS); past it, it could be a task the passes counted (its life ran on
+    the stopped clock) and closes nothing."""
+    from collector.tracker import SUSPEND_SLACK_NS
+
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START)])
+    for slept, outcome in ((3 * 10**6, "born"), (SUSPEND_SLACK_NS + 1, "unmatched")):
+        tracker = Tracker(HZ)
+        tracker.keeps_replaced = True
+        tracker.advance([read], 100 * SEC, read_until_ns=100 * SEC)
+        tracker.advance([read], 200 * SEC, read_until_ns=200 * SEC)
+        closed = tracker.close(
+            [record(55, 10, at=210 * SEC, lived=2 * SEC, last=False,
+                    group_lived=210 * SEC - START * TICK_NS, on_cpu=SEC)],
+            slept_ns=slept,
+        )  # fmt: skip
+        assert closed.outcomes == {outcome: 1}, slept
