@@ -17,6 +17,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 
 def test_smoke_quick_bench_runs_and_prints_every_table():
     result = subprocess.run(
@@ -424,15 +426,21 @@ def test_phases_prints_every_row_of_a_served_pass_and_of_the_floor():
     assert re.fullmatch(r"served / floor: \d+\.\d{3}", lines[-1]), lines[-1]
 
 
-def test_phases_refuses_a_bad_count_in_one_line():
+@pytest.mark.parametrize(
+    ("tool", "flag", "said"),
+    [
+        ("phases", "--passes", "phases: --passes, --processes and --pods must be positive"),
+        ("exitcost", "--rounds",
+         "exitcost: --rates, --rounds, --passes and --interval must be positive"),
+    ],
+)  # fmt: skip
+def test_a_bench_tool_refuses_a_bad_count_in_one_line(tool, flag, said):
     result = subprocess.run(
-        [sys.executable, "-m", "collector.bench.phases", "--passes", "0"],
+        [sys.executable, "-m", f"collector.bench.{tool}", flag, "0"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines() == [
-        "phases: --passes, --processes and --pods must be positive"
-    ]
+    assert result.stderr.splitlines() == [said]
 
 
 EXIT_PAGE = b"""# TYPE procdelta_exit_records counter
@@ -609,14 +617,3 @@ def test_smoke_exitcost_prints_a_row_for_each_rate():
     assert re.fullmatch(
         r"1,000 exits a second cost the served process -?\d+ ms of CPU a second .*", lines[-2]
     )
-
-
-def test_exitcost_refuses_a_bad_count_in_one_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "collector.bench.exitcost", "--rounds", "0"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines() == [
-        "exitcost: --rates, --rounds, --passes and --interval must be positive"
-    ]
