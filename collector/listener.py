@@ -71,7 +71,7 @@ MAX_ASIDE = 4
 PIPELINED_PER_TURN = 1
 """Requests of one connection answered at once before the event loop serves the others: a
 client that pipelines thousands in one read takes its turns like everyone else. Why one:
-`python -m tests.floods`, in docs/deploy.md ("What the listener withstands")."""
+`python -m tests.tools.floods`, in docs/deploy.md ("What the listener withstands")."""
 
 
 class Deferred:

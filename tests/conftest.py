@@ -1,5 +1,7 @@
 import pytest
 
+from tests.needs import ROOT_MARKERS, root
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -20,6 +22,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("container") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(2700))
+
+
+def pytest_runtest_setup(item):
+    """A test marked as needing root skips without it (fails under CI: tests/needs.py)."""
+    marked = [name for name in ROOT_MARKERS if item.get_closest_marker(name)]
+    if marked:
+        root(marked)
 
 
 def pytest_configure(config):

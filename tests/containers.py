@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.tools import tool
+from tests.needs import tool
 
 ROOT = Path(__file__).parent.parent
 BASE_IMAGE = "localhost/procdelta-test-base:bookworm"

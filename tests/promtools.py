@@ -1,11 +1,11 @@
 """Debian's prometheus and promtool, for the tests that use them (where missing, they skip,
-and fail under CI: tests/tools.py)."""
+and fail under CI: tests/needs.py)."""
 
 from __future__ import annotations
 
 import subprocess
 
-from tests.tools import tool
+from tests.needs import tool
 
 
 def binary(name: str, package: str = "prometheus") -> str:

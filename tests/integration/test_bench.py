@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 
+@pytest.mark.root
 def test_smoke_quick_bench_runs_and_prints_every_table():
     result = subprocess.run(
         [sys.executable, "-m", "collector", "bench", "--quick", "--rounds", "3",
@@ -143,6 +144,7 @@ def _series_per_group_by_the_reference(psi: bool) -> dict[str, int | Counter[int
     }
 
 
+@pytest.mark.root
 def test_smoke_served_row_and_page_sizes_on_a_tiny_pods_table():
     """The new measurements on a tiny table: a served row beside the pass row against the
     same floor, sane; the page's series per pod, for every switch, as the reference's
@@ -227,6 +229,7 @@ def test_page_size_counts_the_table_pods_lines_only():
     assert Page(text, 99).passes == 7
 
 
+@pytest.mark.root
 def test_smoke_bench_pods_table_removes_its_cgroups():
     from collector.bench.tables import pod_cgroups
     from collector.cgroupfs import detect
@@ -245,6 +248,7 @@ def test_smoke_bench_pods_table_removes_its_cgroups():
             assert not os.path.exists(pod), pod
 
 
+@pytest.mark.root
 def test_pid_room_raises_pid_max_for_a_big_table_and_restores_it(tmp_path):
     from collector.bench.tables import pid_room, task_count
 
@@ -378,6 +382,7 @@ def test_an_exporter_that_dies_mid_table_is_reported_not_raised(tmp_path, monkey
     assert len(result.ratios) == 3  # procdelta's own measure went on
 
 
+@pytest.mark.root
 def test_phases_prints_every_row_of_a_served_pass_and_of_the_floor():
     """`python -m collector.bench.phases` on a tiny pods table: every phase of a served pass
     and of the floor, in order, each a CPU time and a share, the shares of each adding up
@@ -583,6 +588,7 @@ def test_the_exit_table_gives_each_rate_a_row_and_says_what_1000_exits_cost():
     assert all(len(line) <= 100 for line in legend), legend
 
 
+@pytest.mark.root
 def test_smoke_exitcost_prints_a_row_for_each_rate():
     """`python -m collector.bench.exitcost` on a tiny run (one round, a few passes, a small
     table): the table's header, a row of well-formed numbers for each rate, its notes. The

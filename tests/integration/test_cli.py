@@ -171,6 +171,7 @@ def test_table_is_the_default_and_fits_80_columns():
     assert wide[1].split()[-1] == "CPU-WAIT"
 
 
+@pytest.mark.root
 def test_refused_processes_are_said_on_stderr_in_every_format():
     """Without root's privileges (uid 0 with every capability dropped, as
     tests/kernel/test_reliability.py runs serve) most processes refuse `io`: one line says how

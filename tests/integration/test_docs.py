@@ -164,15 +164,15 @@ OTHER_TOOLS_FLAGS = {
     "--previous",  # kubectl logs
     "--set",  # helm install
     "--update-golden",  # this project's pytest option (tests/conftest.py)
-    "--baseline",  # python -m tests.rulecost
-    "--evaluation-interval",  # python -m tests.rulecost
-    "--nodes",  # python -m tests.rulecost
-    "--pods",  # python -m tests.rulecost
-    "--rules",  # python -m tests.rulecost
-    "--sleepers",  # python -m tests.viewflood
-    "--clients",  # python -m tests.viewflood
-    "--path",  # python -m tests.viewflood
-    "--nice",  # python -m tests.viewflood
+    "--baseline",  # python -m tests.tools.rulecost
+    "--evaluation-interval",  # python -m tests.tools.rulecost
+    "--nodes",  # python -m tests.tools.rulecost
+    "--pods",  # python -m tests.tools.rulecost
+    "--rules",  # python -m tests.tools.rulecost
+    "--sleepers",  # python -m tests.tools.viewflood
+    "--clients",  # python -m tests.tools.viewflood
+    "--path",  # python -m tests.tools.viewflood
+    "--nice",  # python -m tests.tools.viewflood
     "--max-children",  # mutmut run
     "--rates",  # python -m collector.bench.exitcost
     "--passes",  # python -m collector.bench.exitcost
@@ -572,7 +572,21 @@ def test_the_readme_gives_two_set_up_commands_and_ci_runs_the_second():
     assert "python3 -m venv .venv" in commands[0]
     assert commands[0].endswith(".venv/bin/procdelta once")
     assert commands[1] == "bash .ci/run"
-    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python -m pytest")
+    script = (ROOT / ".ci" / "run").read_text()
+    assert script.rstrip().endswith('python -m pytest "${targets[@]}"')
+
+
+def test_the_ci_scripts_named_targets_are_the_layers_of_tests():
+    """`bash .ci/run unit` (integration, kernel): one layer of tests/, each named in the
+    script's header, and every layer a target; with no target, every layer, as CI runs."""
+    script = (ROOT / ".ci" / "run").read_text()
+    layers = sorted(p.name for p in (ROOT / "tests").iterdir() if (p / "__init__.py").exists())
+    assert layers == ["integration", "kernel", "tools", "unit"]
+    (case,) = [line.strip() for line in script.splitlines() if 'targets+=("tests/$target")' in line]
+    assert case == 'unit | integration | kernel) targets+=("tests/$target") ;;'
+    for layer in ("unit", "integration", "kernel"):
+        assert f"#   bash .ci/run {layer} " in script
+    assert "#   bash .ci/run              every layer, as CI runs it" in script
 
 
 # The figures of what procdelta costs live in docs/performance.md (from docs/bench.md, the

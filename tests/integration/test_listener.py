@@ -24,8 +24,8 @@ import pytest
 
 from collector.http11 import MAX_HEAD_BYTES, Heads, Request, Response
 from collector.listener import MAX_ASIDE, Deferred, Limits, Listener, RefusalLog, Seldom
+from tests.needs import tool
 from tests.net import free_port, request, start_serve, wait_until
-from tests.tools import tool
 
 
 @contextlib.contextmanager

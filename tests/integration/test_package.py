@@ -141,9 +141,9 @@ def test_the_annotations_check():
 
 
 def test_each_mutant_of_the_catalogue_finds_its_code():
-    """`python -m tests.mutation` edits the code by its text: each original snippet must be
+    """`python -m tests.tools.mutation` edits the code by its text: each original snippet must be
     in its file exactly once and each edit compile, or the catalogue has rotted under a
     change (its own run refuses to start then; this says so at once)."""
-    from tests.mutation import MUTANTS, problems_in
+    from tests.tools.mutation import MUTANTS, problems_in
 
     assert problems_in(MUTANTS, ROOT) == []

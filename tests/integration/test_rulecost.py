@@ -1,4 +1,4 @@
-"""tests/rulecost.py's synthetic fleet and its count of raw selections: the pages it serves
+"""tests/tools/rulecost.py's synthetic fleet and its count of raw selections: the pages it serves
 Prometheus are the collector's families (docs/reference.md §5, §7), lint-clean, and their
 counters grow; the measuring itself (minutes of a real Prometheus) is not run here."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from tests import spec
 from tests.net import http_get
 from tests.promtools import check_metrics
-from tests.rulecost import (
+from tests.tools.rulecost import (
     WAIT_CAUSES,
     FleetServer,
     kube_state_metrics_families,

@@ -21,7 +21,7 @@ import yaml
 
 from tests.integration.test_helm import generate
 from tests.net import wait_until
-from tests.rulecost import _get, prometheus, query
+from tests.tools.rulecost import _get, prometheus, query
 
 SECOND = 1e9  # ns: a counter rising this much a second is one core
 
@@ -150,7 +150,7 @@ class Pages:
 
 
 class Fleet:
-    """What tests.rulecost's `prometheus` scrapes: one target per node, and kube-state-metrics."""
+    """What tests.tools.rulecost's `prometheus` scrapes: a target a node, kube-state-metrics."""
 
     def __init__(self) -> None:
         self.nodes = sorted({p[0] for p in PODS})

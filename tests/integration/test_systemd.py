@@ -17,6 +17,8 @@ import pytest
 from tests.net import free_port, request, wait_until
 from tests.promtools import binary
 
+pytestmark = pytest.mark.root  # setpriv to a non-root uid, the unit's capabilities
+
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "deploy" / "systemd"
 

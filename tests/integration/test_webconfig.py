@@ -27,8 +27,8 @@ from collector.listener import Limits
 from collector.passloop import PassLoop
 from tests.integration.test_cli import assert_one_line_error
 from tests.integration.test_serve import CountingEngine, serving
+from tests.needs import tool
 from tests.net import free_port, request, start_serve, wait_until
-from tests.tools import tool
 
 PASSWORD = "s3cret pass"
 

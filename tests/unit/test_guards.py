@@ -1,4 +1,4 @@
-"""Guards of the shortcuts that `python -m tests.mutation` found no test for: each test
+"""Guards of the shortcuts that `python -m tests.tools.mutation` found no test for: each test
 here fails when its guard is taken out (the mutant named above it), and passes with it.
 
 Most compare the engine that takes every shortcut with the plain reader pass by pass

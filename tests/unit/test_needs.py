@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests import tools
+from tests import needs
 
 
 def test_a_tool_found_is_its_path():
-    assert tools.tool("sh", "dash").endswith("/sh")
+    assert needs.tool("sh", "dash").endswith("/sh")
 
 
 @pytest.mark.parametrize(("under_ci", "outcome"), [(False, pytest.skip.Exception),
                                                    (True, pytest.fail.Exception)])  # fmt: skip
 def test_a_missing_tool_skips_the_test_and_fails_it_under_ci(monkeypatch, under_ci, outcome):
-    monkeypatch.setattr(tools, "UNDER_CI", under_ci)
+    monkeypatch.setattr(needs, "UNDER_CI", under_ci)
     with pytest.raises(outcome) as raised:
-        tools.tool("procdelta-no-such-tool", "procdelta-none")
+        needs.tool("procdelta-no-such-tool", "procdelta-none")
     assert str(raised.value.msg) == (
         "procdelta-no-such-tool not found: install Debian's procdelta-none package (.ci/run does)"
     )
@@ -47,3 +47,28 @@ def test_a_container_test_has_more_time_than_the_rest(request):
     assert plain.get_closest_marker("timeout") is None
     assert container.get_closest_marker("timeout").args == (2700,)
     assert own.get_closest_marker("timeout").args == (60,)
+
+
+@pytest.mark.parametrize(("under_ci", "outcome"), [(False, pytest.skip.Exception),
+                                                   (True, pytest.fail.Exception)])  # fmt: skip
+def test_a_test_needing_root_skips_without_it_and_fails_under_ci(monkeypatch, under_ci, outcome):
+    monkeypatch.setattr(needs, "UNDER_CI", under_ci)
+    with pytest.raises(outcome) as raised:
+        needs.root(["kernel", "container"], euid=65534)
+    assert str(raised.value.msg) == (
+        "needs root (marked kernel, container): run it as root, as .ci/run does"
+    )
+    assert needs.root(["kernel"], euid=0) is None
+
+
+@pytest.mark.parametrize("marker", ["root", "kernel", "container"])
+def test_every_marker_of_root_is_checked_before_its_test_runs(monkeypatch, marker):
+    from tests.conftest import pytest_runtest_setup
+
+    monkeypatch.setattr(needs, "UNDER_CI", False)
+    monkeypatch.setattr(needs.os, "geteuid", lambda: 65534)
+    assert pytest_runtest_setup(Item(pytest.mark.timeout(1).mark)) is None
+    with pytest.raises(pytest.skip.Exception, match=f"marked {marker}"):
+        pytest_runtest_setup(Item(getattr(pytest.mark, marker).mark))
+    monkeypatch.setattr(needs.os, "geteuid", lambda: 0)
+    assert pytest_runtest_setup(Item(getattr(pytest.mark, marker).mark)) is None

@@ -25,7 +25,7 @@ Rule files given together are run alternately, round after round, on the same pa
 medians over the evaluations of every round, and the ratio of each round's totals to the
 first file's of the same round.
 
-    python -m tests.rulecost --nodes 20 --pods 110 \\
+    python -m tests.tools.rulecost --nodes 20 --pods 110 \\
         --rules before=/tmp/rules-before.yml --rules after=deploy/prometheus/procdelta.rules.yml
 
 Each rule file's range selections of raw `procdelta_*` series are counted from its text
@@ -89,7 +89,7 @@ BANDWIDTH_FIELDS = frozenset({"cpu_periods", "cpu_throttled_periods", "cpu_throt
 
 GROUP_FIELDS = PROCESS_FIELDS + CGROUP_FIELDS + WAIT_CAUSES
 FOOTPRINT = ("processes", "threads", "rss_bytes")
-HELP = "Synthetic page of tests/rulecost.py"
+HELP = "Synthetic page of tests/tools/rulecost.py"
 
 
 # --- the fleet -------------------------------------------------------------------------
@@ -871,7 +871,7 @@ def parse_rules(values: list[str]) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.rulecost",
+    parser = argparse.ArgumentParser(prog="python -m tests.tools.rulecost",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--pods", type=int, default=110, help="pods per node")

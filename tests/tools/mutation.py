@@ -10,9 +10,9 @@ test, or a check that nothing needs (then say why, or remove it).
 
 Run from the repository's root, with its venv:
 
-    python -m tests.mutation                  # every mutant, 2 workers
-    python -m tests.mutation --list           # the catalogue, with why each matters
-    python -m tests.mutation --only 'tracker/*' engine/holds-forced-true --jobs 1
+    python -m tests.tools.mutation                  # every mutant, 2 workers
+    python -m tests.tools.mutation --list           # the catalogue, with why each matters
+    python -m tests.tools.mutation --only 'tracker/*' engine/holds-forced-true --jobs 1
 
 The repository (its tracked and untracked, non-ignored files) is copied afresh under
 /tmp once per worker at the start of a run, so files edited meanwhile do not matter.
@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TEST_FILES = (
     # the pure guards and the readers' unit tests first: most mutants die in seconds
@@ -1044,7 +1044,7 @@ def python() -> str:
 
 
 def pytest_configure(config: object) -> None:
-    """A pytest hook, for the test runs only (`-p tests.mutation`): Hypothesis stops at
+    """A pytest hook, for the test runs only (`-p tests.tools.mutation`): Hypothesis stops at
     its first failing example, unshrunk. A killed mutant needs no minimal example, and
     shrinking one took minutes, run after run."""
     from hypothesis import Phase, settings
@@ -1059,8 +1059,9 @@ def run_tests(
     """(whether every test passed, the first failing test id or what went wrong)."""
     shutil.rmtree(copy / ".hypothesis", ignore_errors=True)  # no example replayed across runs
     command = [
-        python(), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tests.mutation",
-        "--hypothesis-seed=0", *tests, *(f"--deselect={test}" for test in deselect),
+        python(), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        "-p", "tests.tools.mutation", "--hypothesis-seed=0", *tests,
+        *(f"--deselect={test}" for test in deselect),
     ]  # fmt: skip
     environment = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
     with subprocess.Popen(
@@ -1217,7 +1218,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.mutation",
+        prog="python -m tests.tools.mutation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

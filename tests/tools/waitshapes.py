@@ -1,4 +1,4 @@
-"""Shapes of waiting, measured on this machine's kernel: `python -m tests.waitshapes`.
+"""Shapes of waiting, measured on this machine's kernel: `python -m tests.tools.waitshapes`.
 
 Each shape runs tests/workload.py in real cgroups (the v1 `cpu` and `cpuacct` controllers
 beside the v2 tree, as on this project's hosts; as root) for a few seconds, and prints per

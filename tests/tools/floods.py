@@ -16,7 +16,7 @@ whose own work takes nothing from the node). Every process it starts is stopped 
 ends, also on an error or a signal. Not part of the tests: it takes minutes, and prints
 numbers.
 
-    python -m tests.floods --clients 8 --scrapes 200 --rounds 2
+    python -m tests.tools.floods --clients 8 --scrapes 200 --rounds 2
 """
 
 from __future__ import annotations

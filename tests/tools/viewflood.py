@@ -9,7 +9,7 @@ takes from the scrapes, not what reading the answers takes from the node's two c
 (`--nice 0` counts that too). Every process it starts is stopped when it ends, also on an
 error or a signal. Not part of the tests: it takes a few minutes, and prints numbers.
 
-    python -m tests.viewflood --sleepers 2000 --clients 8 --scrapes 400
+    python -m tests.tools.viewflood --sleepers 2000 --clients 8 --scrapes 400
 """
 
 from __future__ import annotations
