@@ -1,6 +1,9 @@
 import pytest
 
 from tests.needs import ROOT_MARKERS, root
+from tests.webconfigs import pki  # the fixture: a PKI made by openssl, once a module
+
+__all__ = ["pki"]
 
 
 def pytest_addoption(parser):

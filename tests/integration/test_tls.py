@@ -15,9 +15,7 @@ import pytest
 from collector import tls, webconfig
 from collector.passloop import PassLoop
 from tests.integration.test_serve import CountingEngine, serving
-from tests.integration.test_webconfig import client_context, pki, write_config
-
-__all__ = ["pki"]  # the module's fixture, shared with tests/integration/test_webconfig.py
+from tests.webconfigs import client_context, write_config
 
 ENGINES = ["NoClientCert", "RequestClientCert"]  # `ssl`'s, pyOpenSSL's
 

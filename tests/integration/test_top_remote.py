@@ -25,10 +25,7 @@ from collector.exporter import make_server
 from collector.passloop import PassLoop
 from tests.integration.test_cli import assert_one_line_error, procdelta
 from tests.integration.test_serve import CountingEngine, serving
-from tests.integration.test_webconfig import pki
 from tests.net import free_port
-
-__all__ = ["pki"]  # the fixture, from tests/integration/test_webconfig.py
 
 # --- bad input ---------------------------------------------------------------------------
 

@@ -22,15 +22,8 @@ from tests.cgroups import Workload, cgroup, cgroups, weighed
 from tests.fixturetree import PASS1
 from tests.integration.test_cli import assert_one_line_error, procdelta
 from tests.integration.test_top_terminal import interruptible
-from tests.integration.test_webconfig import (
-    PASSWORD,
-    pki,
-    users_block,
-    write_config,
-)
 from tests.net import free_port, start_serve, wait_until
-
-__all__ = ["pki"]  # the fixture, from tests/integration/test_webconfig.py
+from tests.webconfigs import PASSWORD, users_block, write_config
 
 THROTTLED_UID = str(uuid.uuid4())
 LEADER = Path(sys.executable).name[:15]  # a workload's comm, its threads' unless named

@@ -87,8 +87,14 @@ TEST_FILES = (
     "tests/integration/test_top_remote.py",
     "tests/kernel/test_top_kernel.py",
     # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
-    "tests/integration/test_listener.py",
-    "tests/integration/test_webconfig.py",
+    "tests/integration/test_listener_requests.py",
+    "tests/integration/test_listener_deadlines.py",
+    "tests/integration/test_listener_bounds.py",
+    "tests/integration/test_listener_logs.py",
+    "tests/integration/test_listener_lifecycle.py",
+    "tests/integration/test_webconfig_files.py",
+    "tests/integration/test_webconfig_auth.py",
+    "tests/integration/test_webconfig_tls.py",
     "tests/integration/test_serve.py",
 )
 """The tests that cover the mutated modules, fastest first (`-x` stops at the first

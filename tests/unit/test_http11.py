@@ -1,6 +1,7 @@
 """HTTP/1.1 as the listener speaks it, with no socket (collector/http11.py): the heads a
 connection's bytes hold, each parsed into a request or refused with the answer saying why;
-header lists; an answer's head. tests/integration/test_listener.py holds the same over 127.0.0.1."""
+header lists; an answer's head. tests/integration/test_listener_requests.py holds the same over
+127.0.0.1."""
 
 from __future__ import annotations
 
