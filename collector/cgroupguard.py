@@ -23,6 +23,11 @@ inside the same pod).
 
 In every case the new reading replaces the cached one; a group not read in a pass is
 forgotten, so the cache is bounded by the cgroups on the node.
+
+The guard forms no cause of waiting: where a group's causes can be the kernel's (its CPU
+pressure has a `full` line, and its bandwidth counters are in both readings or in neither),
+it gives the wall time its quotas throttled it (`CgroupAdvance.throttled_wall_ns`), and
+`waits.with_waits` forms every cause, on either basis.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from functools import lru_cache
 from typing import Generic, TypeVar, overload
 
 from collector.model import Bandwidth, CgroupFields, CgroupReading, Pressure
-from collector.waits import split_cpu_stall, throttled_wall_ns
+from collector.waits import throttled_wall_ns
 
 K = TypeVar("K", bound=Hashable)  # a group, as the caller keys them
 
@@ -43,8 +48,11 @@ K = TypeVar("K", bound=Hashable)  # a group, as the caller keys them
 class CgroupAdvance(Generic[K]):
     """The outcome of one pass through the guard."""
 
-    deltas: dict[K, CgroupFields] = field(default_factory=dict)
+    deltas: dict[K, CgroupFields] = field(default_factory=dict)  # no cause formed
     refused: Counter[str] = field(default_factory=Counter)
+    # of the groups with a delta whose causes are the kernel's: the wall time their quotas
+    # throttled them (`throttled_wall_ns`), for `split_cpu_stall`
+    throttled_wall_ns: dict[K, int] = field(default_factory=dict)
 
 
 class _Fell(Exception):
@@ -99,10 +107,12 @@ def _bandwidth(
     return periods, throttled, throttled_ns, wall_ns
 
 
-def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
-    """The fields of one interval from two readings of the same cgroup; None if a
-    counter fell (the whole delta is dropped, never one field clamped). Where its CPU
-    pressure has a `full` line, with why it waited (`split_cpu_stall`)."""
+def cgroup_delta(new: CgroupReading, old: CgroupReading) -> tuple[CgroupFields, int | None] | None:
+    """The fields of one interval from two readings of the same cgroup, no cause formed,
+    and the wall time its quotas throttled it where its causes can be the kernel's (a CPU
+    `full` line; the bandwidth counters in both readings or in neither: no quota of its
+    own in this hierarchy), else None. None if a counter fell (the whole delta is
+    dropped, never one field clamped)."""
     try:
         usage = _difference(new.usage_ns, old.usage_ns)
         periods, throttled, throttled_ns, throttled_wall = _bandwidth(new.bandwidth, old.bandwidth)
@@ -111,16 +121,9 @@ def cgroup_delta(new: CgroupReading, old: CgroupReading) -> CgroupFields | None:
         io = _pressure(new.pressure[2], old.pressure[2])
     except _Fell:
         return None
-    waiting, stalled = cpu
-    # the quota's part needs the bandwidth counters of both readings or of neither (none:
-    # no quota of its own in this hierarchy); counters that appeared or went: no causes
-    known = (new.bandwidth is None) == (old.bandwidth is None)
-    causes = (
-        split_cpu_stall(waiting, stalled, throttled_wall)
-        if stalled is not None and known
-        else (None,) * 3
-    )
-    return CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io, *causes)
+    known = cpu[1] is not None and (new.bandwidth is None) == (old.bandwidth is None)
+    fields = CgroupFields(usage, periods, throttled, throttled_ns, *cpu, *memory, *io)
+    return fields, throttled_wall if known else None
 
 
 def _shape(reading: CgroupReading) -> tuple[bool, ...]:
@@ -134,17 +137,17 @@ def _shape(reading: CgroupReading) -> tuple[bool, ...]:
 
 
 @lru_cache(maxsize=64)
-def _nothing_moved(shape: tuple[bool, ...]) -> CgroupFields:
+def _nothing_moved(shape: tuple[bool, ...]) -> tuple[CgroupFields, int | None]:
     """The delta of a reading equal to the cached one (most of a node's cgroups, most
     passes: nothing of theirs ran or waited), by the reading's shape: every field it has
-    at 0, the others None. Made once per shape (CgroupFields is immutable)."""
+    at 0, the others None; and its throttled wall time, 0 where its causes can be the
+    kernel's (a CPU `full` line). Made once per shape (CgroupFields is immutable)."""
     usage, bandwidth, *rest = shape
     full, some = rest[:3], rest[3:]
     values: list[int | None] = [0 if usage else None] + [0 if bandwidth else None] * 3
     for has_some, has_full in zip(some, full, strict=True):
         values += [0 if has_some else None, 0 if has_full else None]
-    values += [0 if full[0] else None] * 3  # why it waited, from its CPU `full` line
-    return CgroupFields(*values)
+    return CgroupFields(*values), 0 if full[0] else None
 
 
 class CgroupTracker(Generic[K]):
@@ -167,7 +170,9 @@ class CgroupTracker(Generic[K]):
             if delta is None:
                 outcome.refused["counter_fell"] += 1
                 continue
-            outcome.deltas[group] = delta
+            outcome.deltas[group], wall = delta
+            if wall is not None:
+                outcome.throttled_wall_ns[group] = wall
         self._cache = dict(readings)
         return outcome
 

@@ -14,23 +14,21 @@ from types import MappingProxyType
 from typing import Final
 
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
-from collector.cgroupfs import CgroupFS, Location, usage_hierarchy
-from collector.cgroupguard import CgroupAdvance, CgroupTracker
+from collector.cgroupfs import CgroupFS
+from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
 from collector.exits import ExitListener
-from collector.groups import UNPLACED, CgroupDirs, Group, Grouper
+from collector.groups import UNPLACED, Group, Grouper
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
     THREAD_REFUSAL_REASONS,
     CgroupFields,
-    CgroupReading,
     CpuSet,
     Fields,
     Malformed,
     ProcError,
 )
-from collector.podcgroups import PodCgroups
 from collector.processes import ProcessTable
 from collector.reading import Reader
 from collector.tracker import Closed, ExitDelta, ProcessDelta, Tracker
@@ -155,13 +153,8 @@ class Engine:
         self.grouper = grouper
         self.totals = totals or Totals()
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
-        # where the pods' cgroups are, in the hierarchies the reader found
-        self.pod_cgroups = None if cgroupfs is None else PodCgroups(cgroupfs.hierarchies)
+        self.cgroups = Cgroups(cgroupfs, grouper)  # the cgroup side of each pass
         self.cpusets = None if cgroupfs is None else Cpusets(cgroupfs.hierarchies)
-        self.cgroup_tracker: CgroupTracker[Group] = CgroupTracker()
-        self._cgroup_readings: dict[Group, CgroupReading] = {}  # last pass's, to read less
-        self._cgroup_dirs: dict[Group, CgroupDirs] = {}  # of the last pass's non-pod groups
-        self._read_early: frozenset[Group] = frozenset()  # read before the last pass's processes
         self.skip_quiet = skip_quiet
         self.freeze_gc = freeze_gc  # `_cyclic_gc_paused`: for a long-running process only
         self.wall_clock = wall_clock
@@ -183,15 +176,15 @@ class Engine:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
         last pass), so that a cgroup whose usage did not move proves its processes quiet
         (`reading.in_quiet_cgroup`); then the processes; then the cgroups of non-pod
-        groups seen for the first time; the guards; the sums."""
+        groups seen for the first time and the cgroup guard (collector/cgrouppass.py);
+        the causes of waiting; the sums."""
         began = self.timer()
         sweep = self.freeze_gc and self.passes % GC_SWEEP_PASSES == GC_SWEEP_PASSES - 1
         with _cyclic_gc_paused(self.freeze_gc, sweep):
             self.grouper.refresh()
-            known = self._known_cgroups()
-            early = self._read_cgroups(known)
+            cgroup_pass = self.cgroups.begin()
             node_now = self.node_cpu() if self.node_cpu is not None else None
-            readings = self.reader.read_pass(self._quiet(early, known) if self.skip_quiet else None)
+            readings = self.reader.read_pass(cgroup_pass.quiet() if self.skip_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
             interval_ns = (
                 None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns
@@ -212,10 +205,15 @@ class Engine:
                 advance.carried,
             )
             closed, unplaced = self._close_exits(grouped) if self.exits else (None, None)
-            late = self._read_cgroups(self._new_cgroups(grouped, early))
-            cgroups = self._guard_cgroups(early, late, grouped)
+            cgroups = cgroup_pass.finish(grouped)
             cpusets = self._cpusets(advance.deltas, grouped)
-            cgroup_intervals = with_waits(grouped.intervals, cgroups.advance.deltas, node, cpusets)
+            cgroup_intervals = with_waits(
+                grouped.intervals,
+                cgroups.advance.deltas,
+                cgroups.advance.throttled_wall_ns,
+                node,
+                cpusets,
+            )
             seen = grouped.footprints.keys() | cgroups.read
             self.totals.add_pass(grouped.intervals, seen, cgroup_intervals)
             self._node_before = node_now
@@ -251,7 +249,7 @@ class Engine:
                 if self.cgroupfs is not None
                 else {}
             ),
-            tracked_cgroups=self.cgroup_tracker.tracked,
+            tracked_cgroups=self.cgroups.tracker.tracked,
             carried_by_cgroup=readings.carried_by_cgroup,
             processes=ProcessTable(
                 advance.deltas,
@@ -342,101 +340,6 @@ class Engine:
         node = self.cpusets.node()
         return {group: cpu_set(mask, node) for group, mask in masks.items()}
 
-    def _known_cgroups(self) -> dict[Group, list[Location]]:
-        """Every pod cgroup on the node (or container cgroup, with `--per-container`), and
-        the cgroups of the non-pod groups the last pass saw. Pods are listed before the
-        processes are grouped: a pod's own directory says its QoS class where a process's
-        namespaced path may not (`Grouper.learn_qos`)."""
-        if self.pod_cgroups is None:
-            return {}
-        pods = self.pod_cgroups.pods(self.grouper.per_container)
-        self.grouper.learn_qos(pods)
-        targets: dict[Group, list[Location]] = {}
-        for pod, locations in pods.items():
-            targets.setdefault(self.grouper.pod_group(pod), []).extend(locations)
-        for group, dirs in self._cgroup_dirs.items():
-            targets[group] = _locations(dirs)
-        return targets
-
-    @staticmethod
-    def _new_cgroups(
-        grouped: Grouped, early: Mapping[Group, CgroupReading]
-    ) -> dict[Group, list[Location]]:
-        """The cgroups of non-pod groups seen this pass and not read at its start."""
-        return {g: _locations(dirs) for g, dirs in grouped.cgroup_dirs.items() if g not in early}
-
-    def _read_cgroups(self, targets: dict[Group, list[Location]]) -> dict[Group, CgroupReading]:
-        if self.cgroupfs is None or not targets:
-            return {}
-        return self.cgroupfs.read_groups(targets, self._cgroup_readings)
-
-    def _quiet(
-        self, early: Mapping[Group, CgroupReading], known: Mapping[Group, list[Location]]
-    ) -> Callable[[bytes], bool] | None:
-        """Whether a process's cgroup (by its `cgroup` file) did not run since the last
-        pass: its group's cgroup, read at the start of this pass and of the last one
-        (before the processes were read), is the same cgroup with the same usage, and it
-        holds the process: the process's path in the hierarchy the usage came from is
-        that cgroup's directory or below it. (A group names its processes by one path;
-        a process may sit elsewhere in another hierarchy — at the v2 root beside a v1 pod
-        path, say — where that usage does not count it.)
-
-        (A non-pod group seen for the first time is read at the end of its pass, after
-        its processes: it proves nothing until it has been read at a pass's start. The
-        reader's own rule — it carries only processes whose `cgroup` file read the same
-        twice — implies as much; the check here keeps the proof in one place.)"""
-        before = self._cgroup_readings
-        # the usage's hierarchy and directory (looked up below by `group_of`'s answer, None
-        # included: it finds nothing)
-        quiet: dict[Group | None, tuple[str, bytes]] = {}
-        for group, now in early.items():
-            if (
-                group in self._read_early
-                and now.usage_ns is not None
-                and (last := before.get(group)) is not None
-                and last.usage_ns == now.usage_ns
-                and last.identity == now.identity
-            ):
-                hierarchy = usage_hierarchy(now)
-                where = next((loc.path for loc in known[group] if loc.hierarchy == hierarchy), None)
-                if where is not None:
-                    quiet[group] = (hierarchy, where)
-        if not quiet:
-            return None
-        answers: dict[bytes, bool]
-        grouper, answers = self.grouper, {}
-
-        def in_quiet(cgroup_text: bytes) -> bool:
-            answer = answers.get(cgroup_text)
-            if answer is None:
-                try:
-                    usage = quiet.get(grouper.group_of(cgroup_text))
-                    answer = usage is not None and _holds(
-                        usage[1], grouper.path_in(cgroup_text, usage[0])
-                    )
-                except Malformed:
-                    answer = False
-                answers[cgroup_text] = answer
-            return answer
-
-        return in_quiet
-
-    def _guard_cgroups(
-        self,
-        early: dict[Group, CgroupReading],
-        late: dict[Group, CgroupReading],
-        grouped: Grouped,
-    ) -> _CgroupPass:
-        """Guard every cgroup read this pass; what the next pass reads first."""
-        if self.cgroupfs is None:
-            return _CgroupPass(CgroupAdvance(), frozenset())
-        readings = early | late
-        self._cgroup_readings = readings
-        self._read_early = frozenset(early)
-        self._cgroup_dirs = grouped.cgroup_dirs
-        self.cgroupfs.release_unused()
-        return _CgroupPass(self.cgroup_tracker.advance(readings), frozenset(readings))
-
 
 class _LeftOut(Enum):
     """`_LEFT_OUT`'s type: a one-member Enum, a sentinel the checker tells from a group."""
@@ -446,23 +349,3 @@ class _LeftOut(Enum):
 
 _LEFT_OUT: Final = _LeftOut.LEFT_OUT
 """A group `--pods-only` leaves out (`Engine._group_of_text`)."""
-
-
-def _holds(directory: bytes, path: bytes | None) -> bool:
-    """Whether a cgroup directory (its path from the hierarchy's root) is `path` or above it."""
-    if path is None:
-        return False
-    return path == directory or path.startswith(directory + b"/")
-
-
-def _locations(dirs: CgroupDirs) -> list[Location]:
-    return [
-        Location(hierarchy, path.encode("utf-8", "surrogateescape"), None, False)
-        for hierarchy, path in dirs
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class _CgroupPass:
-    advance: CgroupAdvance[Group]
-    read: frozenset[Group]  # the groups whose cgroup was read this pass

@@ -4,6 +4,24 @@ readings (`PassReadings`, `Footprint`, a `Carried` block, `Unreadable`), the clo
 stamped with, and the incremental reader's loop over what it listed (`collect`); the
 oracle has its own, so that what they are held to (tests/unit/test_incremental.py) shares no
 code between them but these definitions.
+
+**The identity contract** between the incremental reader and the guard (collector/tracker.py),
+stated here once; tests/unit/test_identity_contract.py holds each clause by name. A reading
+is immutable, and the two pass readings by reference, so that what did not move is known
+without a field compared:
+
+1. What the reader did not read again it hands back as the very object it handed before —
+   an idle thread's `ThreadReading`, a carried process's `ProcessReading` — never an equal
+   copy; the guard takes `is` its cached reading as a zero delta (an idle thread, a quiet
+   process's threads) or a carried block's member accepted.
+2. A carried block whose members all stand is handed back as the very `Carried.readings`
+   mapping of the pass before, and the guard, where it accepted every member, gives back
+   that very mapping (`CarriedDelta.readings`): a block that stands costs O(1) in the guard
+   and in the sums, whatever its size.
+3. Identity only ever saves work, never decides a delta: a reading equal but not the same
+   object goes the long way — subtracted field by field, or, as a carried member, refused
+   from the block and guarded as read (a zero delta; its process-time observed counted at
+   its next carry, from its cached instant) — and the sums come out the same.
 """
 
 from __future__ import annotations
@@ -38,9 +56,9 @@ class Footprint(NamedTuple):
 class Carried(NamedTuple):
     """The processes of one cgroup carried over unread, as a block (collector/reading.py):
     their cgroup did not run, so no file of theirs was read. `readings`: each process's
-    last reading, the very object, by PID. The footprint sums are the block's own, kept
-    with it: a block that stands from pass to pass is the same object, summed in O(1)
-    (`Tracker.advance`, `group_pass`)."""
+    last reading, the very object, by PID (the identity contract, above). The footprint sums
+    are the block's own, kept with it: a block that stands from pass to pass is the same
+    object, summed in O(1) (`Tracker.advance`, `group_pass`)."""
 
     cgroup: bytes  # the `cgroup` file every one of them read when last read
     readings: Mapping[int, ProcessReading]

@@ -342,7 +342,8 @@ class Tracker:
             # (`same_process` holds only where `old` is not None: mypy does not narrow
             # through a condition kept in a variable)
             if same_process and reading.threads is old.threads:  # type: ignore[union-attr]
-                # The reader's very readings of last pass (a quiet process): zero deltas.
+                # The reader's very readings of last pass (a quiet process): zero deltas
+                # (collector/readings.py, the identity contract).
                 thread_sums, thread_refusals = _NO_THREAD_DELTA, None
             else:
                 old_threads = old.threads if same_process else ()  # type: ignore[union-attr]
@@ -644,6 +645,7 @@ class Tracker:
         kept: Collection[int] = ()
         if last is not None and last.instant.ns <= at_ns:
             accepted_before, instant = last
+            # the identity contract (collector/readings.py), clause 2
             if accepted_before is members:  # the very block: every reading accepted
                 kept = members
             else:  # the readings it kept must be the very ones accepted last pass

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from typing import NamedTuple
 
 from collector.groups import Group
@@ -147,21 +148,26 @@ def split_cpu_stall(
 def with_waits(
     intervals: Mapping[Group, Fields],
     cgroup_intervals: Mapping[Group, CgroupFields],
+    throttled_wall: Mapping[Group, int],
     node: NodeInterval | None,
     cpusets: Mapping[Group, CpuSet] | None = None,
 ) -> dict[Group, CgroupFields]:
-    """The cgroup intervals, each group's run delay split by cause on the interval's
-    averages where its causes are not already the kernel's (no CPU `full` line), it has a
-    process interval and a cgroup delta this pass, and the node's interval is known; the
-    other groups as they were. `cpusets`: each group's CPUs, where known (its own threads
-    are measured against them)."""
+    """The cgroup intervals (the guard's deltas) with why each group waited: the one place
+    the causes are formed. On the kernel's account (`split_cpu_stall`) for the groups in
+    `throttled_wall` (whose causes the guard found can be the kernel's: the wall time
+    their quotas throttled them); elsewhere on the interval's averages
+    (`split_run_delay`), where the group has a process interval this pass and the node's
+    interval is known; the other groups as they were. `cpusets`: each group's CPUs, where
+    known (its own threads are measured against them)."""
     cpusets = cpusets or {}
     split = dict(cgroup_intervals)
+    for group, wall in throttled_wall.items():
+        split[group] = _with_stall_causes(cgroup_intervals[group], wall)
     if node is None:
         return split
     for group, cgroup in cgroup_intervals.items():
         fields = intervals.get(group)
-        if fields is not None and cgroup.cpu_stalled_neighbours_nanos is None:
+        if fields is not None and group not in throttled_wall:
             cpuset = cpusets.get(group)
             cpus = cpuset.count if cpuset is not None else None
             throttled, own, neighbours = split_run_delay(fields, cgroup, node, cpus)
@@ -173,3 +179,30 @@ def with_waits(
                 run_delay_runnable_nanos=fields.on_cpu_nanos + fields.run_delay_nanos,
             )
     return split
+
+
+def _with_stall_causes(cgroup: CgroupFields, throttled_wall_ns: int) -> CgroupFields:
+    """`cgroup` with its causes on the kernel's account (it has a CPU `full` line)."""
+    waiting, stalled = cgroup.cpu_pressure_waiting_nanos, cgroup.cpu_pressure_stalled_nanos
+    assert stalled is not None
+    if not (stalled or waiting or throttled_wall_ns):
+        return _still(cgroup)  # most groups, most passes: nothing waited
+    throttled, neighbours, own = split_cpu_stall(waiting, stalled, throttled_wall_ns)
+    return replace(
+        cgroup,
+        cpu_stalled_throttled_nanos=throttled,
+        cpu_stalled_neighbours_nanos=neighbours,
+        cpu_waiting_own_threads_nanos=own,
+    )
+
+
+@lru_cache(maxsize=64)
+def _still(cgroup: CgroupFields) -> CgroupFields:
+    """A group that did not wait, with its causes at 0: made once for each of the guard's
+    shared deltas of readings that did not move (`cgroupguard._nothing_moved`)."""
+    return replace(
+        cgroup,
+        cpu_stalled_throttled_nanos=0,
+        cpu_stalled_neighbours_nanos=0,
+        cpu_waiting_own_threads_nanos=0,
+    )

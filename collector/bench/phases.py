@@ -1,19 +1,17 @@
 """Where a served pass spends its time: `python -m collector.bench.phases` (needs root).
 
-The bench's pods10 table (collector/bench/tables.py: 110 pod cgroups laid out as kubelet does,
-the processes of 10 of them running); an `Engine` and a `PassLoop` built as `serve` builds them
-run here a pass every `--interval`. Each phase is timed on this thread's CPU clock by wrapping
-what the pass calls (collector/ unchanged): a phase's own time, less the phases inside it; a
-garbage collection is a row of its own. The scrape is what `MetricsServer._metrics` makes for
-Prometheus (OpenMetrics, gzipped; not the listener's HTTP). `kernel-ms`: the directories and
-files one pass lists and reads, again as bare system calls. The naive floor (floor.py)
-runs beside, split likewise."""
+The bench's pods10 table (collector/bench/tables.py: 110 pod cgroups laid out as kubelet does, the
+processes of 10 of them running); an `Engine` and a `PassLoop` built as `serve` builds them run here
+a pass every `--interval`. Each phase is timed on this thread's CPU clock by wrapping what the pass
+calls (collector/ as it is): a phase's own time, less the phases inside it; a garbage collection is
+a row of its own. The scrape is what `MetricsServer._metrics` makes for Prometheus (OpenMetrics,
+gzipped; not the listener's HTTP). `kernel-ms`: the directories and files one pass lists and reads,
+again as bare system calls. The naive floor (floor.py) runs beside, split likewise."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import gc
 import os
 import statistics
@@ -24,6 +22,7 @@ from collections.abc import Callable
 from unittest.mock import patch
 
 import collector.cgroupfs
+import collector.cgrouppass
 import collector.engine
 from collector.bench.floor import naive_pass, read_file
 from collector.bench.serve import SERVED_INTERVAL
@@ -81,9 +80,9 @@ class PhaseClock:
             self.leave()
 
     def wrapped(self, owner: object, name: str, phase: str) -> contextlib.AbstractContextManager:
-        """`owner.name` (an instance's or a module's) timed as `phase`, put back after."""
-        wrapper = functools.partial(self.timed, phase, getattr(owner, name))
-        return patch.object(owner, name, wrapper)
+        """`owner.name` (an instance's, a module's or a class's) timed as `phase`, put back."""
+        call = getattr(owner, name)  # a function: on a class, it binds as the method did
+        return patch.object(owner, name, lambda *a, **k: self.timed(phase, call, *a, **k))
 
     @property
     def phase(self) -> str:
@@ -110,12 +109,12 @@ def served_phases(
         (reader.procfs, "processes", "list"),
         (reader, "read_pass", "read"),
         (reader, "_carry_blocks", "carry"),
-        (engine, "_quiet", "carry"),
-        (engine.pod_cgroups, "pods", "cg-list"),
+        (collector.cgrouppass.CgroupPass, "quiet", "carry"),
+        (engine.cgroups.pods, "pods", "cg-list"),
         (grouper, "learn_qos", "cg-list"),
         (cgroupfs, "read_groups", "cg-read"),
         (engine.tracker, "advance", "guard"),
-        (engine.cgroup_tracker, "advance", "guard"),
+        (engine.cgroups.tracker, "advance", "guard"),
         (cgroupfs, "release_unused", "guard"),
         (collector.engine, "group_pass", "sums"),
         (collector.engine, "with_waits", "sums"),
@@ -284,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         ):
             options = Options(pod_logs=pod_logs, container_logs=container_logs)
             floor: dict[str, list[float]] = defaultdict(list)
-            beside = functools.partial(floor_split, floor)
-            served = served_phases(options, args.passes, args.warmup, args.interval, beside)
+            served = served_phases(
+                options, args.passes, args.warmup, args.interval, lambda: floor_split(floor)
+            )
             procs, threads = naive_pass()
     heading = (
         f"pods{args.running} N={args.processes}: {procs} processes, {threads} threads, "

@@ -106,6 +106,7 @@ READING = "collector/reading.py"
 CGROUPFS = "collector/cgroupfs.py"
 PODCGROUPS = "collector/podcgroups.py"
 ENGINE = "collector/engine.py"
+CGROUPPASS = "collector/cgrouppass.py"
 TRACKER = "collector/tracker.py"
 CGROUPGUARD = "collector/cgroupguard.py"
 AGGREGATE = "collector/aggregate.py"
@@ -442,45 +443,45 @@ def _mutants() -> Iterator[Mutant]:
         "                here: Found = []\n                for child, child_inode",
         "with --per-container, a container started in a pod listed before is never seen",
     )  # fmt: skip
-    # -- collector/engine.py: which cgroups are quiet --------------------------------------
+    # -- collector/cgrouppass.py: which cgroups are quiet ----------------------------------
     yield m(
-        "engine/quiet-read-early-dropped", ENGINE,
-        "                group in self._read_early\n                and ",
+        "cgrouppass/quiet-read-early-dropped", CGROUPPASS,
+        "                group in read_early\n                and ",
         "                ",
         "a group read after its processes last pass proves them quiet",
     )  # fmt: skip
     yield m(
-        "engine/quiet-usage-none-dropped", ENGINE,
+        "cgrouppass/quiet-usage-none-dropped", CGROUPPASS,
         "\n                and now.usage_ns is not None",
         "",
         "a group without usage (None == None) is quiet forever",
     )  # fmt: skip
     yield m(
-        "engine/quiet-usage-dropped", ENGINE,
+        "cgrouppass/quiet-usage-dropped", CGROUPPASS,
         "\n                and last.usage_ns == now.usage_ns",
         "",
         "a group whose usage moved is taken as quiet",
     )  # fmt: skip
     yield m(
-        "engine/quiet-identity-dropped", ENGINE,
+        "cgrouppass/quiet-identity-dropped", CGROUPPASS,
         "\n                and last.identity == now.identity",
         "",
         "a cgroup made anew whose usage equals the old one's is taken as quiet",
     )  # fmt: skip
     yield m(
-        "engine/holds-forced-true", ENGINE,
+        "cgrouppass/holds-forced-true", CGROUPPASS,
         "    if path is None:\n        return False\n    return path == ",
         "    return True\n    return path == ",
         "a process of a quiet group's name, in another cgroup of the hierarchy, is carried",
     )  # fmt: skip
     yield m(
-        "engine/holds-unplaced-true", ENGINE,
+        "cgrouppass/holds-unplaced-true", CGROUPPASS,
         "    if path is None:\n        return False\n    return path == ",
         "    if path is None:\n        return True\n    return path == ",
         "a process whose path cannot be placed in the usage's hierarchy is carried",
     )  # fmt: skip
     yield m(
-        "engine/holds-prefix-without-slash", ENGINE,
+        "cgrouppass/holds-prefix-without-slash", CGROUPPASS,
         'path.startswith(directory + b"/")',
         "path.startswith(directory)",
         "a sibling cgroup whose name extends the quiet one's (`pod-a` and `pod-ab`) is held by it",

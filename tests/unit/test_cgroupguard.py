@@ -6,10 +6,29 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from collector.cgroupguard import CgroupTracker
+from collector.cgroupguard import CgroupAdvance, CgroupTracker
 from collector.model import Bandwidth, CgroupReading, Pressure
+from collector.waits import with_waits
 
 POD = "pod"
+
+
+class Guarded:
+    """The guard, then the one place the causes are formed (`with_waits`), as a pass runs
+    them; with no process interval and no node interval, so causes on the kernel's account
+    only."""
+
+    def __init__(self) -> None:
+        self.guard: CgroupTracker[str] = CgroupTracker()
+
+    def advance(self, readings: dict[str, CgroupReading]) -> CgroupAdvance[str]:
+        outcome = self.guard.advance(readings)
+        outcome.deltas = with_waits({}, outcome.deltas, outcome.throttled_wall_ns, None)
+        return outcome
+
+    @property
+    def tracked(self) -> int:
+        return self.guard.tracked
 
 
 def reading(
@@ -158,7 +177,7 @@ PASSES = [
 
 
 def test_guard_table():
-    tracker = CgroupTracker()
+    tracker = Guarded()
     for row in PASSES:
         outcome = tracker.advance(row.readings)
         assert dict(outcome.refused) == row.refused, row.why
@@ -172,7 +191,7 @@ def test_guard_table():
 
 @pytest.mark.parametrize("usage", [None, 5])
 def test_equal_readings_give_zeros_of_their_own_shape(usage):
-    tracker = CgroupTracker()
+    tracker = Guarded()
     same = reading(usage=usage, memory=Pressure(1, 1))
     tracker.advance({POD: same})
     delta = tracker.advance({POD: same}).deltas[POD].as_dict()
@@ -199,7 +218,7 @@ def test_throttled_time_over_several_cpus_is_taken_out_of_full_as_wall_time():
     both CPUs 0.2 s more (measured alone on 6.18: `full` 1.50 s, throttled time 2.99 s,
     30 periods of 30): the quota's 1.5 s of wall time come out of `full`, not its 3 s of
     run-queue time, and the neighbour's 0.2 s are left."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     tracker.advance(
         {POD: reading(usage=0, bandwidth=(quota(b"", 7, 0, 0, 100),), cpu=Pressure(0, 0))}
     )
@@ -219,7 +238,7 @@ def test_a_container_made_since_the_last_pass_counts_its_throttled_wall_time_who
     """A container cgroup made within the interval, throttled at once across two CPUs under
     its 1-CPU quota: its throttled time counts whole, and as wall time by its own quota
     (3 s of run-queue time, 1.5 s of wall), not as the run-queue time."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     pod = quota(b"", 7, 0, 0, 400)
     tracker.advance({POD: reading(usage=0, bandwidth=(pod,), cpu=Pressure(0, 0))})
     now = reading(
@@ -237,13 +256,13 @@ def test_bandwidth_counters_that_appear_give_no_causes_that_pass():
     """Throttling unknown in one of two readings: no part of `full` is called the
     neighbours' for want of it; with counters in neither (no quota of its own), none is
     its quota's."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     tracker.advance({POD: reading(usage=0, cpu=Pressure(0, 0))})
     appeared = reading(usage=S, bandwidth=(quota(b"", 7, 10, S, 20),), cpu=Pressure(9000, 8000))
     delta = tracker.advance({POD: appeared}).deltas[POD]
     assert delta.cpu_pressure_stalled_nanos == 8_000_000
     assert delta.cpu_stalled_neighbours_nanos is None and delta.cpu_stalled_throttled_nanos is None
-    tracker = CgroupTracker()
+    tracker = Guarded()
     tracker.advance({POD: reading(usage=0, cpu=Pressure(0, 0))})
     delta = tracker.advance({POD: reading(usage=S, cpu=Pressure(9000, 8000))}).deltas[POD]
     assert (delta.cpu_stalled_throttled_nanos, delta.cpu_stalled_neighbours_nanos) == (
@@ -257,7 +276,7 @@ def test_a_pod_with_two_throttled_containers_sums_the_throttling_of_both():
     own cgroup and every container below it, each one's difference added to the others'
     (periods, throttled periods, throttled time, and the wall time each quota throttled
     it, the part of `full` that is the quota's), never only the last container's."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     tracker.advance(
         {
             POD: reading(
@@ -289,7 +308,7 @@ def test_a_container_cgroup_that_disappears_loses_only_its_own_last_interval():
     removed) loses its last interval, as an exited process does: the pod's delta is
     still given, from its own cgroup and the containers still there, and nothing is
     refused (a container gone is no counter that fell)."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     tracker.advance(
         {
             POD: reading(
@@ -316,7 +335,7 @@ def test_two_groups_refused_for_one_reason_in_one_pass_count_two():
     """`procdelta_dropped_cgroup_deltas_total{reason}` counts groups: two groups refused
     for the same reason in one pass count two, for each reason, and the second group is
     guarded as the first is (the refusal of one does not end the pass's loop)."""
-    tracker = CgroupTracker()
+    tracker = Guarded()
     other = "other pod"
     outcome = tracker.advance({POD: reading(usage=10), other: reading(usage=10)})
     assert dict(outcome.refused) == {"first_seen": 2}
@@ -331,3 +350,35 @@ def test_two_groups_refused_for_one_reason_in_one_pass_count_two():
     assert dict(outcome.refused) == {"counter_fell": 2}
     assert outcome.deltas == {}
     assert tracker.tracked == 2
+
+
+def test_the_guard_forms_no_cause_and_says_where_the_kernels_account_holds():
+    """The guard gives deltas without causes; the wall time a group's quotas throttled it
+    only where its causes can be the kernel's: a CPU `full` line, and bandwidth counters
+    in both readings or in neither (a quota set or removed within the interval: no such
+    causes, as `with_waits` would otherwise split a stall it cannot apportion)."""
+    guard: CgroupTracker[str] = CgroupTracker()
+    pod = quota(b"", 7, 0, 0, 100)
+    guard.advance(
+        {
+            "full": reading(usage=0, bandwidth=(pod,), cpu=Pressure(0, 0)),
+            "some only": reading(usage=0, cpu=Pressure(0, None)),
+            "quota set": reading(usage=0, cpu=Pressure(0, 0)),
+            "still": reading(usage=0, cpu=Pressure(0, 0)),
+        }
+    )
+    outcome = guard.advance(
+        {
+            "full": reading(
+                usage=S, bandwidth=(quota(b"", 7, 30, 3 * S, 100),), cpu=Pressure(3000, 2000)
+            ),
+            "some only": reading(usage=S, cpu=Pressure(5000, None)),
+            "quota set": reading(usage=S, bandwidth=(pod,), cpu=Pressure(3000, 2000)),
+            "still": reading(usage=0, cpu=Pressure(0, 0)),
+        }
+    )
+    assert outcome.throttled_wall_ns == {"full": 1_500_000_000, "still": 0}
+    for delta in outcome.deltas.values():
+        causes = (delta.cpu_stalled_throttled_nanos, delta.cpu_stalled_neighbours_nanos,
+                  delta.cpu_waiting_own_threads_nanos, delta.run_delay_throttled_nanos)  # fmt: skip
+        assert causes == (None,) * 4

@@ -152,6 +152,7 @@ def test_own_threads_are_measured_against_the_cpus_the_group_may_use():
     split = with_waits(
         {pod: fields},
         {pod: CgroupFields(cgroup_cpu_nanos=2 * S, cpu_throttled_nanos=0)},
+        {},
         node,
         {pod: CpuSet("2-3", 2)},
     )

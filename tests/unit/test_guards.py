@@ -118,7 +118,7 @@ def test_bandwidth_without_usage_is_read_every_pass(tmp_path):
     assert cgroup.cpu_periods == 10
 
 
-# mutant engine/quiet-usage-none-dropped
+# mutant cgrouppass/quiet-usage-none-dropped
 def test_a_group_without_usage_is_never_quiet(tmp_path):
     busy = Proc(9, hybrid(f"{POD_A}/{CID}"))
     node = CpuOnlyNode(tmp_path, [busy], [POD_A])
@@ -165,7 +165,7 @@ def test_psi_of_a_reading_two_passes_old_is_not_carried(tmp_path):
     assert read_group(fs, locations, first).pressure[0].some_us == 9
 
 
-# mutant engine/holds-unplaced-true
+# mutant cgrouppass/holds-unplaced-true
 def test_a_pod_process_whose_path_cannot_be_placed_is_never_carried(tmp_path):
     text = f"4:cpu,cpuacct:/../../{POD_A}/{CID}\n0::/../../{POD_A}/{CID}\n"
     outside = Proc(9, text)
@@ -186,7 +186,7 @@ class CpuacctUsageNode(HybridNode):
             os.unlink(self.cgroup / "unified" / path / "cpu.stat")
 
 
-# mutant engine/holds-prefix-without-slash
+# mutant cgrouppass/holds-prefix-without-slash
 def test_a_sibling_whose_name_extends_the_quiet_pods_is_not_held(tmp_path):
     idle = Proc(8, hybrid(f"{POD_A}/{CID}"))
     beside = Proc(16, f"4:cpu,cpuacct:/{POD_A}-b/{CID}\n0::/{POD_A}/{CID}\n")

@@ -3,6 +3,8 @@ are known, the bounds every split keeps, and `/proc/stat` read as psutil reads i
 
 from __future__ import annotations
 
+import dataclasses
+
 import psutil
 import pytest
 from hypothesis import given
@@ -165,24 +167,54 @@ def test_split_cpu_stall(case, some, full, throttled_wall, expected):
     assert min(got) >= 0
 
 
-def test_with_waits_splits_the_interval_only_where_the_kernel_gave_no_causes():
+def test_with_waits_forms_the_causes_on_one_basis_for_each_group():
+    """The one place causes are formed: on the kernel's account for the groups the guard
+    gave a throttled wall time (a CPU `full` line), whether or not the node's interval is
+    known; on the interval's averages for the others; never both for one group."""
     pod, psi_pod = (Group("cgroup", (("cgroup", f"/{n}"),)) for n in "ab")
     busy = Fields(on_cpu_nanos=S // 5, run_delay_nanos=4 * S // 5)
-    from_psi = CgroupFields(
+    from_guard = CgroupFields(
         cgroup_cpu_nanos=S // 5,
-        cpu_throttled_nanos=0,
-        cpu_stalled_throttled_nanos=0,
-        cpu_stalled_neighbours_nanos=4 * S // 5,
-        cpu_waiting_own_threads_nanos=0,
+        cpu_throttled_nanos=S,
+        cpu_pressure_waiting_nanos=S,
+        cpu_pressure_stalled_nanos=4 * S // 5,
     )
-    split = with_waits(
-        {pod: busy, psi_pod: busy},
-        {pod: cgroup(0, 0.2), psi_pod: from_psi},
-        NodeInterval(2, S, 2 * S),
+    kernels = dataclasses.replace(
+        from_guard,
+        cpu_stalled_throttled_nanos=S // 10,
+        cpu_stalled_neighbours_nanos=7 * S // 10,
+        cpu_waiting_own_threads_nanos=S // 5,
     )
-    assert split[psi_pod] == from_psi  # one basis, never both
-    assert split[pod].run_delay_neighbours_nanos == 4 * S // 5
-    assert split[pod].cpu_stalled_neighbours_nanos is None
+    for node in (NodeInterval(2, S, 2 * S), None):
+        split = with_waits(
+            {pod: busy, psi_pod: busy},
+            {pod: cgroup(0, 0.2), psi_pod: from_guard},
+            {psi_pod: S // 10},
+            node,
+        )
+        assert split[psi_pod] == kernels  # one basis, never both
+        assert split[pod].cpu_stalled_neighbours_nanos is None
+        if node is not None:
+            assert split[pod].run_delay_neighbours_nanos == 4 * S // 5
+        else:
+            assert split[pod] == cgroup(0, 0.2)  # the node unknown: no interval's split
+
+
+def test_a_group_that_did_not_wait_has_its_causes_at_zero():
+    """Most groups, most passes: the guard's shared delta of an unmoved reading, its causes
+    0 (made once, not per pass)."""
+    group = Group("cgroup", (("cgroup", "/a"),))
+    still = CgroupFields(
+        cgroup_cpu_nanos=0, cpu_pressure_waiting_nanos=0, cpu_pressure_stalled_nanos=0
+    )
+    first = with_waits({}, {group: still}, {group: 0}, None)[group]
+    again = with_waits({}, {group: still}, {group: 0}, None)[group]
+    assert first is again
+    assert (first.cpu_stalled_throttled_nanos, first.cpu_stalled_neighbours_nanos,
+            first.cpu_waiting_own_threads_nanos) == (0, 0, 0)  # fmt: skip
+    assert dataclasses.replace(first, cpu_stalled_throttled_nanos=None,
+                               cpu_stalled_neighbours_nanos=None,
+                               cpu_waiting_own_threads_nanos=None) == still  # fmt: skip
 
 
 def test_node_cpu_is_what_psutil_reads(tmp_path):
@@ -224,14 +256,14 @@ def test_with_waits_splits_only_groups_with_both_sources():
     intervals = {pod: busy, process_only: busy}
     cgroups = {pod: cgroup(0.8, 0.2), cgroup_only: cgroup(0, 0)}
     node = NodeInterval(2, S, S)
-    split = with_waits(intervals, cgroups, node)
+    split = with_waits(intervals, cgroups, {}, node)
     assert set(split) == {pod, cgroup_only}  # no cgroup delta: nothing to split by
     assert split[pod].run_delay_throttled_nanos == 4 * S // 5
     assert split[pod].run_delay_own_threads_nanos == split[pod].run_delay_neighbours_nanos == 0
     assert split[pod].run_delay_runnable_nanos == S  # what the parts are parts of
     assert split[cgroup_only].run_delay_runnable_nanos is None
     assert split[cgroup_only] == cgroups[cgroup_only]  # no process sums: nothing to split
-    assert with_waits(intervals, cgroups, None) == cgroups  # the node unknown: no split
+    assert with_waits(intervals, cgroups, {}, None) == cgroups  # the node unknown: no split
 
 
 def _splits(result) -> dict:
