@@ -489,7 +489,7 @@ def top(
     selection = view.Selection(pod, cgroup_path, sort, limit or None, threads)
     try:
         procfs = ProcFS(options.procfs)
-        origin: view.RemoteSource | view.LocalSource
+        origin: view.RemoteFeed | view.LocalFeed
         if source is not None:
             remote = view.Remote(
                 source,
@@ -500,11 +500,11 @@ def top(
                 key_file=key_file,
                 insecure_skip_verify=insecure_skip_verify,
             )
-            origin = view.RemoteSource(remote, selection, procfs)
+            origin = view.RemoteFeed(remote, selection, procfs)
         else:
             engine = build_engine(options)
             node_sources(options, engine)
-            origin = view.LocalSource(engine, selection, cgroup_fields=options.cgroup)
+            origin = view.LocalFeed(engine, selection, cgroup_fields=options.cgroup)
         viewer = view.Viewer(origin, selection, view.ThreadWatch(procfs) if threads else None)
         if output_format == "json":
             view.print_json(view.one_interval(viewer, interval), sys.stdout)

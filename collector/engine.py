@@ -143,7 +143,7 @@ class Engine:
         wall_clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
         cgroupfs: CgroupFS | None = None,
-        skip_quiet: bool = True,
+        carry_quiet: bool = True,
         freeze_gc: bool = False,
         node_cpu: Callable[[], NodeCPU | None] | None = None,
         exits: ExitListener | None = None,
@@ -155,7 +155,7 @@ class Engine:
         self.cgroupfs = cgroupfs  # None: the cgroup fields are not collected
         self.cgroups = Cgroups(cgroupfs, grouper)  # the cgroup side of each pass
         self.cpusets = None if cgroupfs is None else Cpusets(cgroupfs.hierarchies)
-        self.skip_quiet = skip_quiet
+        self.carry_quiet = carry_quiet
         self.freeze_gc = freeze_gc  # `_cyclic_gc_paused`: for a long-running process only
         self.wall_clock = wall_clock
         self.timer = timer
@@ -184,7 +184,7 @@ class Engine:
             self.grouper.refresh()
             cgroup_pass = self.cgroups.begin()
             node_now = self.node_cpu() if self.node_cpu is not None else None
-            readings = self.reader.read_pass(cgroup_pass.quiet() if self.skip_quiet else None)
+            readings = self.reader.read_pass(cgroup_pass.quiet() if self.carry_quiet else None)
             previous_listing_ns = self.tracker.previous_listing_ns
             interval_ns = (
                 None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns

@@ -140,7 +140,7 @@ class SelfState:
     tracked_threads: int = 0
     dropped_cgroups: Mapping[str, int] | None = None  # None: cgroup fields not collected
     tracked_cgroups: int = 0
-    skipped_processes: int = 0
+    carried_processes: int = 0  # procdelta_skipped_processes
     sources: Mapping[str, bool] | None = None
     node_cpus: int | None = None  # the node's online CPUs, read each pass
     # exit records (`--collector.exits`): by outcome, None where not listening; the times
@@ -354,7 +354,7 @@ def _self_families(state: SelfState) -> list[Family]:
                     "gauge",
                     "Processes the last pass did not read: their cgroup's CPU usage had "
                     "not moved, so their last reading was carried over.",
-                    (("", (), state.skipped_processes),),
+                    (("", (), state.carried_processes),),
                 ),
             )
         ),

@@ -162,7 +162,7 @@ class PassLoop:
                 else MappingProxyType(dict(self._dropped_cgroups))
             ),
             tracked_cgroups=result.tracked_cgroups,
-            skipped_processes=result.carried_by_cgroup,
+            carried_processes=result.carried_by_cgroup,
             durations=self._state.durations.observe(result.duration_seconds),
             interval_seconds=None if result.interval_ns is None else result.interval_ns / 1e9,
             last_pass_timestamp=result.finished_at,

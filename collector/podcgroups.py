@@ -32,7 +32,7 @@ Found = list[tuple[PodRef, bytes, int]]
 """(pod or container, path from the hierarchy's root, inode) of each one found."""
 
 
-class _Seen(NamedTuple):
+class _Listed(NamedTuple):
     """A directory of kubelet's tree as the last walk listed it: the pods found in it,
     and the directories below it to walk (each with the names of its parents)."""
 
@@ -45,7 +45,7 @@ class _Walk(NamedTuple):
     """The last walk of one hierarchy: every directory walked, by path, and the pods
     found in all of them, in the order of their paths."""
 
-    seen: dict[bytes, _Seen]
+    seen: dict[bytes, _Listed]
     pods: Found
 
 
@@ -122,7 +122,7 @@ class PodCgroups:
         list (a walk goes where its listings lead: the same listings, the same walk)."""
         before, pods = self._walks.get(root, _Walk({}, []))
         changed = root not in self._walks
-        walked: dict[bytes, _Seen] = {}
+        walked: dict[bytes, _Listed] = {}
         stack: list[tuple[bytes, tuple[str, ...]]] = [(b"", ())]
         while stack:
             path, parents = stack.pop()
@@ -140,7 +140,7 @@ class PodCgroups:
                         below.append(
                             (path + b"/" + child, (*parents, child.decode(errors="replace")))
                         )
-                seen = _Seen(listing, here, below)
+                seen = _Listed(listing, here, below)
             walked[path] = seen
             stack.extend(seen.below)
         if changed:

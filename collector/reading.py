@@ -1,7 +1,7 @@
 """The incremental reader: a pass that reads less on the evidence of the last one.
 
 What a reading is, is defined by the plain reader (collector/plainread.py): every file
-of every process. This reader keeps what the last pass saw of each process (`_Seen`)
+of every process. This reader keeps what the last pass saw of each process (`_ProcessSeen`)
 and skips a read where a kernel fact proves its answer unchanged. Each shortcut is one
 predicate below, its docstring the fact it rests on; `Reader` only applies them. The
 readings equal the plain reader's (tests/unit/test_incremental.py, tests/unit/test_quiet_cgroups.py)
@@ -63,7 +63,7 @@ class _ThreadSeen(NamedTuple):
     reading: ThreadReading
 
 
-class _Seen(NamedTuple):
+class _ProcessSeen(NamedTuple):
     """What a pass saw of a process, kept for the next pass to read less."""
 
     ino: int  # of its `<pid>` directory
@@ -174,7 +174,7 @@ def only_waited(before: ThreadReading, on_cpu_ns: int, timeslices: int) -> bool:
     return before.on_cpu_ns == on_cpu_ns and before.timeslices == timeslices > 0
 
 
-def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
+def io_unmoved(io_totals: IOBytes | None, previous: _ProcessSeen) -> bool:
     """No thread of the process moved a storage byte since last pass.
 
     Kernel fact: a process's own `io` is the sum of its live threads', its exited
@@ -185,7 +185,9 @@ def io_unmoved(io_totals: IOBytes | None, previous: _Seen) -> bool:
     return io_totals is not None and io_totals == previous.io_totals
 
 
-def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> TypeGuard[_Seen]:
+def known_since(
+    previous: _ProcessSeen | None, ino: int, confirmed: bool
+) -> TypeGuard[_ProcessSeen]:
     """The process listed now is the one last pass saw, and its cgroup is settled: the
     same `<pid>` directory inode (procfs gives a new process a fresh one) and a `cgroup`
     file read the same twice running (or carried since). Every whole-process shortcut
@@ -193,7 +195,7 @@ def known_since(previous: _Seen | None, ino: int, confirmed: bool) -> TypeGuard[
     return previous is not None and previous.ino == ino and confirmed
 
 
-def in_quiet_cgroup(previous: _Seen, quiet: Callable[[bytes], bool]) -> bool:
+def in_quiet_cgroup(previous: _ProcessSeen, quiet: Callable[[bytes], bool]) -> bool:
     """Whether a known process is in a cgroup that has not run since it was last read:
     its cgroup's CPU usage did not move (`quiet`, decided by the caller with the cgroup
     read before this pass and the one read before that process's last reading).
@@ -267,7 +269,7 @@ class Reader:
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         # What the last pass saw of each process, and which PIDs have a settled cgroup;
         # both kept in place from pass to pass (a carried process's entry untouched)
-        self._previous: dict[int, _Seen] = {}
+        self._previous: dict[int, _ProcessSeen] = {}
         self._confirmed: set[int] = set()  # PIDs whose cgroup read the same twice running
         self._blocks: dict[bytes, _Block] = {}  # last pass's carried blocks, by cgroup
         self._passes = 0
@@ -370,8 +372,8 @@ class Reader:
         return self._read_process(pid, 0, None, False)[0].reading
 
     def _read_process(
-        self, pid: int, ino: int, previous: _Seen | None, confirmed: bool
-    ) -> tuple[_Seen, bool]:
+        self, pid: int, ino: int, previous: _ProcessSeen | None, confirmed: bool
+    ) -> tuple[_ProcessSeen, bool]:
         """This pass's sighting of a process, and whether its cgroup is now confirmed
         (read the same twice running, or carried since). `previous`: what the last pass
         saw of this PID. (A process of a quiet cgroup was carried by
@@ -416,10 +418,10 @@ class Reader:
             (pid, stat.comm, stat.start_ticks, at_ns, stat.utime_ticks, stat.stime_ticks,
              stat.major_faults, rss_bytes, cgroup, tuple(threads.readings)),
         )  # fmt: skip
-        seen = build(_Seen, (ino, reading, threads.seen, threads.ran, threads.io_totals))
+        seen = build(_ProcessSeen, (ino, reading, threads.seen, threads.ran, threads.io_totals))
         return seen, cgroup_confirmed
 
-    def _probe(self, pid: int, previous: _Seen) -> _Probe:
+    def _probe(self, pid: int, previous: _ProcessSeen) -> _Probe:
         """Whether a process none of whose threads ran last pass is still quiet: the
         same threads under the same inodes (`same_thread`; both lists in TID order) and
         each `did_not_run`. A lone leader that did not run started no thread: its
@@ -446,7 +448,7 @@ class Reader:
         return _Probe(listing, schedstats, True)
 
     @staticmethod
-    def _carry(pid: int, previous: _Seen, at_ns: int) -> _Seen:
+    def _carry(pid: int, previous: _ProcessSeen, at_ns: int) -> _ProcessSeen:
         """The last pass's reading of a process that has not run since, at instant `at_ns`."""
         last = previous.reading
         reading = build(
@@ -454,10 +456,10 @@ class Reader:
             (pid, last.comm, last.start_ticks, at_ns, last.utime_ticks,
              last.stime_ticks, last.major_faults, last.rss_bytes, last.cgroup, last.threads),
         )  # fmt: skip
-        return build(_Seen, (previous.ino, reading, previous.threads, 0, None))
+        return build(_ProcessSeen, (previous.ino, reading, previous.threads, 0, None))
 
     def _read_threads(
-        self, pid: int, stat: Stat, previous: _Seen | None, probe: _Probe
+        self, pid: int, stat: Stat, previous: _ProcessSeen | None, probe: _Probe
     ) -> _Threads:
         """Every thread of a process; the hot loop of a pass, so written for speed.
 

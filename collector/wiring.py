@@ -42,7 +42,7 @@ class Options:
     pressure: bool = True  # and its PSI files, where the node has them
     interval_gauges: bool = True  # export procdelta_interval_<field>
     totals: bool = True  # export procdelta_<field>_total
-    skip_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
+    carry_quiet: bool = True  # carry a quiet cgroup's processes over unread (the bench's A/B)
     # K (collector/model.py); None, no whole reads, only to measure what the bound costs
     whole_read_passes: int | None = WHOLE_READ_PASSES
     cpu_pressure_only: bool = False  # of the PSI files, the CPU one alone
@@ -93,7 +93,7 @@ def build_engine(
         grouper,
         Totals(),
         cgroupfs=cgroupfs,
-        skip_quiet=options.skip_quiet,
+        carry_quiet=options.carry_quiet,
         freeze_gc=freeze_gc,
         node_cpu=functools.partial(sources.node_cpu, options.procfs, hz),
         exits=listen_for_exits(options),

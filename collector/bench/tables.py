@@ -182,7 +182,7 @@ def variants(name: str, without_cgroups: bool) -> tuple[tuple[str, Options], ...
     cgroup fields at all (`no-cg`), and without the K-pass bound (`unbound`, no whole
     reads: what the bound costs): the same table, the same rounds."""
     options = DEFAULT_OPTIONS
-    found = [(f"{name} skip", options), (f"{name} no-skip", replace(options, skip_quiet=False))]
+    found = [(f"{name} skip", options), (f"{name} no-skip", replace(options, carry_quiet=False))]
     if without_cgroups:
         found.append((f"{name} no-cg", replace(options, cgroup=False)))
     found.append(unbound(name))

@@ -12,7 +12,7 @@ cbreak mode for `q`, both restored however `top` ends); elsewhere plain text, on
 per interval, 80 columns, no escape codes. `--format json` prints one interval's document
 and exits.
 
-By concern: `core` (the selection, a view, `top`'s own source, the viewer), `errors`, `threads`
+By concern: `core` (the selection, a view, `top`'s own feed, the viewer), `errors`, `threads`
 (`--threads`), `remote` (`--from`), `screen` (the drawing) and `terminal` (running it);
 this package holds their names together for cli.py.
 """
@@ -23,7 +23,7 @@ from rich.console import Console
 
 from collector.output import printable
 from collector.top.core import (
-    LocalSource,
+    LocalFeed,
     Selection,
     View,
     Viewer,
@@ -35,7 +35,7 @@ from collector.top.remote import (
     MAX_ANSWER_BYTES,
     REQUEST_TIMEOUT,
     Remote,
-    RemoteSource,
+    RemoteFeed,
     processes_url,
 )
 from collector.top.screen import (
@@ -57,9 +57,9 @@ __all__ = [
     "THREAD_FIELDS",
     "BadValue",
     "Console",
-    "LocalSource",
+    "LocalFeed",
     "Remote",
-    "RemoteSource",
+    "RemoteFeed",
     "Selection",
     "ThreadRow",
     "ThreadWatch",

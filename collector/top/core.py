@@ -1,5 +1,5 @@
 """What `top` shows and where it comes from: the selection, one interval's view, the
-source of `top`'s own passes, and the viewer that joins a source to the threads read here."""
+feed of `top`'s own passes, and the viewer that joins a feed to the threads read here."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class View:
         return document
 
 
-class LocalSource:
+class LocalFeed:
     """Passes of `top`'s own engine; `fetch` runs one and makes its document."""
 
     def __init__(self, engine, selection: Selection, cgroup_fields: bool = True):
@@ -121,20 +121,20 @@ class LocalSource:
 
 
 class Viewer:
-    """A source and, with --threads, the group's threads read here: one `View` a call."""
+    """A feed and, with --threads, the group's threads read here: one `View` a call."""
 
-    def __init__(self, source, selection: Selection, threads: ThreadWatch | None = None):
-        self.source = source
+    def __init__(self, feed, selection: Selection, threads: ThreadWatch | None = None):
+        self.feed = feed
         self.selection = selection
         self.threads = threads
 
     @property
     def origin(self) -> str:
-        return self.source.origin
+        return self.feed.origin
 
     def step(self) -> View | None:
         """The next view (None while `top`'s own first pass has no interval yet)."""
-        view = self.source.fetch()
+        view = self.feed.fetch()
         if self.threads is not None:
             view.threads = self.threads.read(view.pids)
             view.threads_interval_ns = self.threads.interval_ns

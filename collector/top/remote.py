@@ -101,7 +101,7 @@ def _ssl_reason(error: Exception) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
-class RemoteSource:
+class RemoteFeed:
     """GETs of a running `serve`'s `/processes` (docs/reference.md §8)."""
 
     def __init__(self, remote: Remote, selection: Selection, procfs: ProcFS | None = None):

@@ -39,7 +39,7 @@ class ThreadRow(NamedTuple):
         return self._asdict()
 
 
-class _Seen(NamedTuple):
+class _ThreadLast(NamedTuple):
     """A thread's last reading: its process, start time and counters."""
 
     pid: int
@@ -57,14 +57,14 @@ class ThreadWatch:
     def __init__(self, procfs: ProcFS, clock: Callable[[], int] = boottime_ns):
         self.procfs = procfs
         self.clock = clock
-        self._seen: dict[int, _Seen] = {}
+        self._seen: dict[int, _ThreadLast] = {}
         self._at_ns: int | None = None
         self.interval_ns: int | None = None  # between the last two readings
 
     def read(self, pids: Iterable[int]) -> list[ThreadRow]:
         """Read every thread of `pids` now; the deltas of those read the last time too."""
         now = self.clock()
-        seen: dict[int, _Seen] = {}
+        seen: dict[int, _ThreadLast] = {}
         rows: list[ThreadRow] = []
         for pid in pids:
             try:
@@ -85,7 +85,7 @@ class ThreadWatch:
                     switches.voluntary,
                     switches.nonvoluntary,
                 )
-                seen[tid] = reading = _Seen(pid, stat.start_ticks, counters)
+                seen[tid] = reading = _ThreadLast(pid, stat.start_ticks, counters)
                 before = self._seen.get(tid)
                 if (
                     before is None

@@ -106,8 +106,8 @@ def top_from(port: int, *args: str) -> subprocess.CompletedProcess:
 
 
 def fetched(port: int, scheme: str = "http", **remote) -> str:
-    """The one line a RemoteSource's fetch from 127.0.0.1:`port` fails with."""
-    source = top.RemoteSource(top.Remote(f"{scheme}://127.0.0.1:{port}", **remote), top.Selection())
+    """The one line a RemoteFeed's fetch from 127.0.0.1:`port` fails with."""
+    source = top.RemoteFeed(top.Remote(f"{scheme}://127.0.0.1:{port}", **remote), top.Selection())
     with pytest.raises(top.TopError) as raised:
         source.fetch()
     return str(raised.value)
@@ -126,7 +126,7 @@ def test_an_answer_over_the_cap_is_refused_in_process(monkeypatch):
     with hostile(answering(b"200 OK", body)) as (port, _):
         assert fetched(port).endswith(": an answer over 1 MiB is no procdelta /processes answer")
     with hostile(answering(b"200 OK", body[: 1 << 20])) as (port, _):  # at the cap: taken
-        source = top.RemoteSource(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
+        source = top.RemoteFeed(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
         assert source.fetch().document == {"processes": [], "groups": []}
 
 
@@ -227,7 +227,7 @@ def test_the_request_says_who_asks_and_with_what(tmp_path):
     with hostile(answering(b"200 OK", b'{"processes": []}')) as (port, heads):
         remote = top.Remote(f"127.0.0.1:{port}/", username="al", password_file=str(secret))
         selection = top.Selection(cgroup="/x", sort="on_cpu_nanos", limit=None)
-        source = top.RemoteSource(remote, selection)
+        source = top.RemoteFeed(remote, selection)
         assert source.origin == f"http://127.0.0.1:{port}"
         view = source.fetch()
     assert view.document == {"processes": [], "groups": []} and view.pids == {}
@@ -237,9 +237,9 @@ def test_the_request_says_who_asks_and_with_what(tmp_path):
     assert f"\r\nAuthorization: Basic {token}\r\n" in head
     assert "\r\nAccept: application/json\r\n" in head
     assert f"\r\nUser-Agent: procdelta-top/{collector.__version__}\r\n" in head
-    anonymous = top.RemoteSource(top.Remote("http://h"), top.Selection())
+    anonymous = top.RemoteFeed(top.Remote("http://h"), top.Selection())
     assert "Authorization" not in anonymous.headers and anonymous.origin == "http://h"
-    no_password = top.RemoteSource(top.Remote("http://h", username="al"), top.Selection())
+    no_password = top.RemoteFeed(top.Remote("http://h", username="al"), top.Selection())
     assert no_password.headers["Authorization"] == "Basic " + base64.b64encode(b"al:").decode()
     assert no_password.context is None
 
@@ -302,7 +302,7 @@ def test_a_tls_failure_says_what_to_give(pki):
             "(give --from.ca-file, or --from.insecure-skip-verify)"
         )
         trusted = top.Remote(f"https://127.0.0.1:{port}", ca_file=str(pki / "ca.crt"))
-        assert top.RemoteSource(trusted, top.Selection()).fetch().document["processes"] == []
+        assert top.RemoteFeed(trusted, top.Selection()).fetch().document["processes"] == []
     with tls_server(pki, client_ca=True) as port:
         said = fetched(port, "https", ca_file=str(pki / "ca.crt"))
         assert said.startswith(f"--from https://127.0.0.1:{port}: TLS: ")
@@ -312,7 +312,7 @@ def test_a_tls_failure_says_what_to_give(pki):
         certified = top.Remote(f"https://127.0.0.1:{port}", ca_file=str(pki / "ca.crt"),
                                cert_file=str(pki / "client.crt"),
                                key_file=str(pki / "client.key"))  # fmt: skip
-        assert top.RemoteSource(certified, top.Selection()).fetch().document["processes"] == []
+        assert top.RemoteFeed(certified, top.Selection()).fetch().document["processes"] == []
 
 
 @pytest.mark.parametrize(
@@ -326,13 +326,13 @@ def test_a_tls_failure_says_what_to_give(pki):
 )  # fmt: skip
 def test_credentials_that_cannot_be_used_are_one_line(remote, said):
     with pytest.raises(top.BadValue) as raised:
-        top.RemoteSource(top.Remote("http://h", **remote), top.Selection())
+        top.RemoteFeed(top.Remote("http://h", **remote), top.Selection())
     assert str(raised.value) == said
 
 
 def test_the_client_tls_trusts_what_it_is_told(pki, tmp_path):
     https = top.Remote("https://h", ca_file=str(pki / "ca.crt"))
-    context = top.RemoteSource(https, top.Selection()).context
+    context = top.RemoteFeed(https, top.Selection()).context
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     insecure = top.remote.tls_context(top.Remote("https://h", insecure_skip_verify=True))
     assert insecure.verify_mode == ssl.CERT_NONE and not insecure.check_hostname
@@ -436,7 +436,7 @@ def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
             time.sleep(0.2)
 
     with hostile(trickle) as (port, _):
-        source = top.RemoteSource(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
+        source = top.RemoteFeed(top.Remote(f"http://127.0.0.1:{port}"), top.Selection())
         started = time.monotonic()
         with pytest.raises(top.TopError, match="no answer within 1s"):
             source.fetch()
@@ -538,7 +538,7 @@ def test_a_password_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     saved = locale.setlocale(locale.LC_CTYPE)
     locale.setlocale(locale.LC_CTYPE, "C")  # ASCII
     try:
-        source = top.RemoteSource(
+        source = top.RemoteFeed(
             top.Remote("http://h", username="al", password_file=str(secret)), top.Selection()
         )
     finally:
@@ -547,7 +547,7 @@ def test_a_password_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     assert source.headers["Authorization"] == f"Basic {token}"
     secret.write_bytes(b"\xff\n")
     with pytest.raises(top.BadValue) as raised:
-        top.RemoteSource(
+        top.RemoteFeed(
             top.Remote("http://h", username="al", password_file=str(secret)), top.Selection()
         )
     assert str(raised.value) == (

@@ -530,7 +530,7 @@ def test_from_with_threads_asks_for_every_process_and_keeps_a_processes_url():
     """With --threads the served processes are matched to this node's threads, so the
     server's cut must not drop any (limit=0, whatever --limit); a URL naming /processes
     itself is taken as it is, not as /processes/processes."""
-    threads = top.RemoteSource(
+    threads = top.RemoteFeed(
         top.Remote("http://127.0.0.1:9746"),
         top.Selection(pod=("shop", "web"), threads=True, limit=5),
     )

@@ -125,7 +125,7 @@ def test_live_pods_an_idle_one_is_not_read_and_all_are_identical_to_a_full_read(
                 Grouper(PodNames(str(tmp_path), str(tmp_path))),
                 Totals(),
                 cgroupfs=CgroupFS("/sys/fs/cgroup"),
-                skip_quiet=fast,
+                carry_quiet=fast,
             )
 
         fast, full = engine(fast_fs, True), engine(ProcFS("/proc"), False)

@@ -1,4 +1,4 @@
-"""Mutation testing of the shortcuts and the guards: does some test fail when one breaks?
+"""Mutation testing of the shortcuts and the guards: does some test fail when a check breaks?
 
 Each mutant below is one small edit to one file: a clause of a shortcut's predicate
 dropped or negated, a comparison flipped, a predicate forced True or False, a guard's
@@ -86,7 +86,7 @@ TEST_FILES = (
     "tests/integration/test_top_terminal.py",
     "tests/integration/test_top_remote.py",
     "tests/kernel/test_top_kernel.py",
-    # the serving guards: the listener's bounds, auth, TLS, health (loopback servers)
+    # serving: the listener's bounds, auth, TLS, health (loopback servers)
     "tests/integration/test_listener_requests.py",
     "tests/integration/test_listener_deadlines.py",
     "tests/integration/test_listener_bounds.py",
@@ -953,7 +953,7 @@ def _mutants() -> Iterator[Mutant]:
         "top/threads-delta-on-first-sight", TOP_THREADS,
         "                before = self._seen.get(tid)\n",
         "                before = self._seen.get(tid)"
-        " or _Seen(pid, stat.start_ticks, (0, 0, 0, 0))\n",
+        " or _ThreadLast(pid, stat.start_ticks, (0, 0, 0, 0))\n",
         "a thread's first sight shows its whole life as one interval's wait",
     )  # fmt: skip
     yield m(

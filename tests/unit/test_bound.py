@@ -141,7 +141,7 @@ class HybridNode:
             wall_clock=lambda: 1_700_000_000.0,
             timer=lambda: 0.0,
             cgroupfs=CgroupFS(str(self.cgroup), whole_read_passes=every),
-            skip_quiet=fast,
+            carry_quiet=fast,
         )
 
 

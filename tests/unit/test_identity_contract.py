@@ -69,7 +69,7 @@ def test_identity_clause_1_an_idle_processs_threads_are_the_very_readings(tmp_pa
     before: the guard's zero delta for them is one `is`."""
     node = Node(tmp_path)
     engine, _ = node.engine(True, ScriptedClock())
-    engine.skip_quiet = False
+    engine.carry_quiet = False
     before = None
     for step in range(3):
         run_b(node, step)

@@ -111,7 +111,7 @@ class Node:
             wall_clock=lambda: 1_700_000_000.0,
             timer=lambda: 0.0,
             cgroupfs=CgroupFS(str(self.cgroup)),
-            skip_quiet=fast,
+            carry_quiet=fast,
         )
         return engine, procfs if fast else None
 

@@ -127,7 +127,7 @@ def test_tops_own_passes_give_the_groups_pids_then_its_document():
     """A first pass has no interval: an empty view, with the group's PIDs for --threads'
     first reading; later passes give the processes view's document."""
     selection = top.Selection(cgroup="/g0", threads=True)
-    source = top.LocalSource(FirstPassEngine(groups=2), selection)
+    source = top.LocalFeed(FirstPassEngine(groups=2), selection)
     assert source.origin == ""
     first = source.fetch()
     assert first.document == {} and first.pids == {10: "", 11: ""}
@@ -136,7 +136,7 @@ def test_tops_own_passes_give_the_groups_pids_then_its_document():
     assert second.document["interval_seconds"] == 1e-9
     assert [g["group"] for g in second.document["groups"]] == [{"cgroup": "/g0"}]
     assert "cgroup_cpu_nanos" in second.document["groups"][0]
-    without = top.LocalSource(FirstPassEngine(groups=2), top.Selection(cgroup="/g0"), False)
+    without = top.LocalFeed(FirstPassEngine(groups=2), top.Selection(cgroup="/g0"), False)
     without.fetch()
     view = without.fetch()
     assert view.pids == {} and "cgroup_cpu_nanos" not in view.document["groups"][0]
@@ -151,7 +151,7 @@ def test_threads_from_a_server_are_read_for_the_served_pids_alike_here(tmp_path)
     with hostile(answering(b"200 OK", body)) as (port, _):
         selection = top.Selection(cgroup="/x", threads=True)
         remote = top.Remote(f"http://127.0.0.1:{port}")
-        view = top.RemoteSource(remote, selection, ProcFS(str(tmp_path))).fetch()
+        view = top.RemoteFeed(remote, selection, ProcFS(str(tmp_path))).fetch()
     assert view.pids == {10: "main", 11: "worker"}
 
 
@@ -163,7 +163,7 @@ def test_threads_from_another_nodes_server_name_the_server_and_what_to_do(tmp_pa
     with hostile(answering(b"200 OK", body)) as (port, _):
         selection = top.Selection(cgroup="/x", threads=True)
         remote = top.Remote(f"http://127.0.0.1:{port}")
-        source = top.RemoteSource(remote, selection, ProcFS(str(tmp_path)))
+        source = top.RemoteFeed(remote, selection, ProcFS(str(tmp_path)))
         with pytest.raises(top.TopError) as raised:
             source.fetch()
     assert str(raised.value) == (
@@ -178,8 +178,8 @@ def test_from_asks_the_server_for_the_pod_in_its_namespace_and_the_sort():
     (a name alone matches its namesakes in other namespaces) and the sort (the server cuts
     to the limit by it: top cannot sort what it was not sent)."""
     pod = top.Selection(pod=("prod", "web-0"), sort="on_cpu_nanos", limit=5)
-    source = top.RemoteSource(top.Remote("http://127.0.0.1:9746"), pod)
+    source = top.RemoteFeed(top.Remote("http://127.0.0.1:9746"), pod)
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(source.url).query))
     assert query == {"namespace": "prod", "pod": "web-0", "sort": "on_cpu_nanos", "limit": "5"}
-    node = top.RemoteSource(top.Remote("127.0.0.1:9746/"), top.Selection(limit=None))
+    node = top.RemoteFeed(top.Remote("127.0.0.1:9746/"), top.Selection(limit=None))
     assert node.url == "http://127.0.0.1:9746/processes?sort=run_delay_nanos&limit=0"
