@@ -19,6 +19,32 @@ def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
 
 
+WAITS = ("tests/integration/test_rules_live.py",)
+"""The test files that mostly wait on a server's own pace (a real Prometheus at the rules'
+group intervals), at next to no CPU. Under `.ci/run`'s two workers (`-n 2`) they run in one,
+beside every other test, which run one at a time in the other, in their order: a test that
+measures shares of the CPUs must have them (`lane`, `pytest_xdist_make_scheduler`)."""
+
+
+def lane(nodeid: str) -> str:
+    """Which of the two workers' queues a test is in: "waits" or "serial"."""
+    return "waits" if nodeid.split("::", 1)[0] in WAITS else "serial"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduling by scope, a scope being a `lane`: each lane whole in one worker.
+    (Its `loadgroup` would do with markers, but pytest 9.2 no longer reads the node IDs
+    xdist 3.8 rewrites for it.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane(nodeid)
+
+    return Lanes(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """A container test may first build the base image with debootstrap (its own limit is
     30 minutes): it has more time than pyproject.toml's `timeout` gives the rest."""

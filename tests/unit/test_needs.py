@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests import needs
+
+ROOT = Path(__file__).parents[2]
 
 
 def test_a_tool_found_is_its_path():
@@ -72,3 +76,14 @@ def test_every_marker_of_root_is_checked_before_its_test_runs(monkeypatch, marke
         pytest_runtest_setup(Item(getattr(pytest.mark, marker).mark))
     monkeypatch.setattr(needs.os, "geteuid", lambda: 0)
     assert pytest_runtest_setup(Item(getattr(pytest.mark, marker).mark)) is None
+
+
+def test_every_test_is_in_the_serial_lane_but_those_that_wait():
+    """Under two workers, the files that wait on a server's pace run in one, every other
+    test one at a time in the other: none is left to be spread."""
+    from tests.conftest import WAITS, lane
+
+    assert WAITS and all((ROOT / path).is_file() for path in WAITS)
+    assert lane("tests/integration/test_rules_live.py::test_the_rules[x]") == "waits"
+    assert lane("tests/kernel/test_findings_kernel.py::test_a_pinned_victim_of_a_hog") == "serial"
+    assert lane("tests/unit/test_needs.py::test_a_tool_found_is_its_path") == "serial"
