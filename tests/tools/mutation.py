@@ -12,7 +12,7 @@ Run from the repository's root, with its venv:
 
     python -m tests.tools.mutation                  # every mutant, 2 workers
     python -m tests.tools.mutation --list           # the catalogue, with why each matters
-    python -m tests.tools.mutation --only 'tracker/*' engine/holds-forced-true --jobs 1
+    python -m tests.tools.mutation --only 'tracker/*' cgrouppass/holds-forced-true --jobs 1
 
 The repository (its tracked and untracked, non-ignored files) is copied afresh under
 /tmp once per worker at the start of a run, so files edited meanwhile do not matter.

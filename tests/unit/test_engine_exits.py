@@ -1,0 +1,119 @@
+"""Exit records in a pass (`Engine._close_exits`, collector/engine.py): each closed delta into
+the group of the process the cache held, or, for a task born and gone, its parent's; what
+no file places on the node's unplaced counters; `--pods-only` as for the processes read."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.exits import (
+    ExitRecords,
+    pack_stats,
+)
+from collector.groups import UNPLACED
+from tests.exitrecords import taskstats
+from tests.fixturetree import FixtureRun
+from tests.unit.test_tracker import SEC, TICK_NS
+
+
+class QueuedListener:
+    """A listener whose records are the ones a test queues."""
+
+    overflows = dropped = 0
+
+    def __init__(self):
+        self.queue: list[bytes] = []
+
+    def drain(self) -> ExitRecords:
+        queue, self.queue = self.queue, []
+        return ExitRecords(b"".join(queue))
+
+
+def engine_after_a_pass(pods_only: bool = False, unplace: bytes | None = None):
+    """The fixture node's engine (tests/fixturetree.py), listening, after its first pass;
+    with `unplace`, processes whose cgroup file holds it are in no group a file tells."""
+    run = FixtureRun(pods_only=pods_only)
+    engine = run.engine
+    engine.exits = QueuedListener()
+    engine.tracker.keeps_replaced = True
+    if unplace is not None:
+        real = engine.grouper.group_of
+        engine.grouper.group_of = lambda text: UNPLACED if unplace in text else real(text)
+    engine.run_pass()
+    run.sleep(10)
+    return engine
+
+
+def born_record(ppid: int, on_cpu: int, pid: int = 60000) -> bytes:
+    """A task born and gone between the fixture's two passes, packed as the listener holds it."""
+    return pack_stats(taskstats(pid, pid, ppid=ppid, lived_us=1000, on_cpu=on_cpu),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_task_born_and_gone_counts_in_its_parents_group():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(200, 7_000_001))  # 200: a pod's process
+    result = engine.run_pass()
+    pod = engine._group_of_pid[200]
+    assert result.intervals[pod].on_cpu_nanos >= 7_000_001
+    assert result.exits == {"born": 1}
+
+
+def test_pods_only_leaves_a_non_pod_parents_child_out_and_a_pods_in():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue += [born_record(100, 7_000_001, 60000), born_record(300, 5_000_003, 60001)]
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 0
+    assert sum(f.on_cpu_nanos for f in result.intervals.values()) % 10 == 3  # the pod's only
+
+
+@pytest.mark.parametrize("pods_only", [False, True])
+def test_a_child_of_an_unplaced_parent_is_counted_unplaced_not_dropped(pods_only):
+    engine = engine_after_a_pass(pods_only=pods_only, unplace=b"odd.service")
+    engine.exits.queue.append(born_record(100, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000
+    assert result.exits == {"born": 1, "unplaced": 1}
+
+
+def held_100_record(ppid: int = 200) -> bytes:
+    """Process 100 of the fixture (started at 500 ticks, odd.service): its last record."""
+    lived_us = (1010 * SEC + SEC // 2 - 500 * TICK_NS) // 1000
+    return pack_stats(taskstats(100, 100, ppid=ppid, lived_us=lived_us, on_cpu=3_000_777,
+                                delay=15000, vol=13, invol=2, wr=4096),
+                      1010 * SEC + SEC // 2)  # fmt: skip
+
+
+def test_a_held_process_closes_in_its_own_group_not_its_parents():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    odd, pod = engine._group_of_pid[100], engine._group_of_pid[200]
+    assert result.exits == {"closed": 1}
+    assert result.intervals[odd].on_cpu_nanos % 1000 == 777
+    assert result.intervals[pod].on_cpu_nanos % 1000 != 777
+
+
+def test_pods_only_drops_a_held_non_pod_processs_record_without_calling_it_unplaced():
+    engine = engine_after_a_pass(pods_only=True)
+    engine.exits.queue.append(held_100_record(ppid=200))
+    result = engine.run_pass()
+    assert result.exits == {"closed": 1} and result.exits_unplaced.on_cpu_nanos == 0
+
+
+def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_group():
+    """600 was read by the first pass (the cart pod) and is gone from the second's /proc."""
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(600, 7_000_001))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1} and result.exits_unplaced.on_cpu_nanos == 0
+    cart = engine._group_of_pid[200]
+    assert result.intervals[cart].on_cpu_nanos % 10 == 1
+
+
+def test_a_child_of_an_unknown_parent_is_unplaced():
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(99999, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1, "unplaced": 1}
+    assert result.exits_unplaced.on_cpu_nanos == 7_000_000
