@@ -62,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_FILES = (
     # the pure guards and the readers' unit tests first: most mutants die in seconds
     "tests/unit/test_tracker.py",
+    "tests/unit/test_tracker_close.py",
+    "tests/unit/test_identity_contract.py",
     "tests/unit/test_groups.py",
     "tests/unit/test_cgroupns.py",
     "tests/unit/test_cgroupguard.py",
