@@ -147,3 +147,23 @@ def test_each_mutant_of_the_catalogue_finds_its_code():
     from tests.tools.mutation import MUTANTS, problems_in
 
     assert problems_in(MUTANTS, ROOT) == []
+
+
+def test_every_module_is_mutated_or_named_as_not():
+    """mutmut mutates each module of collector/ not in `[tool.mutmut] do_not_mutate`: the
+    modules it mutates are the ones docs/development.md names ("Mutation testing"), so a
+    new module is never mutated, or left out, unsaid."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    left_out = set(config["do_not_mutate"])
+    modules = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
+    assert left_out <= modules, left_out - modules
+    mutated = {
+        "top/" if path.startswith("collector/top/") else path.removeprefix("collector/")
+        for path in modules - left_out
+    }
+    guide = (ROOT / "docs" / "development.md").read_text()
+    said = guide.split("## Mutation testing", 1)[1].split("(`[tool.mutmut]`", 1)[0]
+    said = said.split("Beside it, mutmut mutates", 1)[1]
+    assert mutated == set(re.findall(r"`(?:collector/)?([\w/]+(?:\.py|/))`", said))

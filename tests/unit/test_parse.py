@@ -354,3 +354,20 @@ def test_a_number_too_long_for_int_raises_nothing_but_malformed(parse, data):
     `Malformed`, never a `ValueError` that the pass does not catch."""
     with suppress(Malformed):
         parse(data)
+
+
+@pytest.mark.parametrize(
+    ("parse", "data", "what"),
+    [
+        (parse_flat_keyed, b"usage_usec 5\n\nnr_periods " + _LONG + b"\n", "cpu.stat"),
+        (parse_cpu_max, _LONG + b" 100000\n", "cpu.max"),
+    ],
+    ids=["flat keyed, read line by line", "cpu.max quota"],
+)
+def test_a_number_too_long_for_int_where_it_is_read_last_is_malformed_by_name(parse, data, what):
+    """The number `int()` refuses (over 4300 digits) on the paths the other cases do not
+    reach — a flat keyed file read line by line (a blank line in it), a quota of
+    `cpu.max` — is `Malformed` naming its file, never another error."""
+    with pytest.raises(Malformed) as caught:
+        parse(data)
+    assert caught.value.what == what

@@ -717,3 +717,174 @@ def test_the_clocks_read_apart_are_no_suspend():
             slept_ns=slept,
         )  # fmt: skip
         assert closed.outcomes == {outcome: 1}, slept
+
+
+# -- what mutmut's run over tracker.py found: each survivor a test -----------------------------
+
+
+def test_each_counter_of_a_record_closes_its_own_field_and_a_zombie_read_after_adds_none():
+    """Each of a record's six thread counters closes its own field (final less cached); the
+    cached thread then takes all six, so a pass that reads the thread's zombie adds
+    nothing; a thread born and gone counts each of the six whole."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC, delay=SEC, vol=1,
+                                                 invol=2, rd=10, wr=20)]  # fmt: skip
+    read = proc(10, START, at=200 * SEC, threads=both)
+    tracker = two_passes(read, second=[read])
+    gone = record(11, 10, at=210 * SEC, lived=210 * SEC - (START + 10) * TICK_NS, last=False,
+                  group_lived=210 * SEC - START * TICK_NS, on_cpu=2 * SEC, delay=3 * SEC,
+                  vol=4, invol=7, rd=110, wr=220)  # fmt: skip
+    born = record(55, 10, at=210 * SEC, lived=2 * SEC, last=False,
+                  group_lived=210 * SEC - START * TICK_NS, on_cpu=5, delay=6, vol=7,
+                  invol=8, rd=9, wr=11)  # fmt: skip
+    closed = tracker.close([gone, born])
+    six = ("on_cpu_nanos", "run_delay_nanos", "voluntary_switches", "nonvoluntary_switches",
+           "read_bytes", "write_bytes")  # fmt: skip
+    got = [tuple(getattr(d.fields, name) for name in six) for d in closed.deltas]
+    assert got == [(SEC, 2 * SEC, 3, 5, 100, 200), (5, 6, 7, 8, 9, 11)]
+    zombie = thread(11, START + 10, cpu=2 * SEC, delay=3 * SEC, vol=4, invol=7, rd=110, wr=220)
+    later = tracker.advance([proc(10, START, at=300 * SEC, threads=[both[0], zombie])], 300 * SEC)
+    (delta,) = later.deltas
+    assert tuple(getattr(delta.fields, name) for name in six) == (0,) * 6
+
+
+def test_a_thread_that_moved_by_one_since_its_read_closes_that_one():
+    """A record one switch past the cached thread, every other counter the same: the thread
+    ran once more before it exited, and that switch is its last interval."""
+    read = proc(
+        10,
+        START,
+        at=200 * SEC,
+        threads=[thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC, vol=3)],
+    )
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(11, 10, at=210 * SEC, lived=210 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=SEC, vol=4)]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 1}
+    assert closed.deltas[0].fields.voluntary_switches == 1
+
+
+def test_each_record_of_a_batch_is_counted_by_its_own_outcome():
+    """One `close` of many records: each comes to its own end, counted once (late,
+    unmatched, a counter that fell, read past its exit, closed, born), and one that
+    comes to an end does not stop the records after it. A record that waited exactly
+    START_TOLERANCE_NS is not late."""
+    readings = [
+        proc(pid, START, at=200 * SEC, threads=[thread(pid, START, cpu=cpu, vol=5)])
+        for pid, cpu in ((10, 3 * SEC), (20, 3 * SEC), (30, 3 * SEC), (40, 3 * SEC),
+                         (50, 4 * SEC + 5000), (60, 4 * SEC + 5000))
+    ]  # fmt: skip
+    tracker = two_passes(*readings, second=readings)
+    lived = 230 * SEC - START * TICK_NS
+
+    def batch(late, old, fell, read, closed, born, waited=0):
+        return [
+            record(late, at=230 * SEC, lived=SEC, waited=START_TOLERANCE_NS + 1),
+            record(old, at=230 * SEC, lived=200 * SEC),
+            record(fell, at=230 * SEC, lived=lived, on_cpu=4 * SEC, vol=1),
+            record(read, at=230 * SEC, lived=lived, on_cpu=4 * SEC, vol=5),
+            record(closed, at=230 * SEC, lived=lived, waited=waited, on_cpu=4 * SEC, vol=5),
+            record(born, at=230 * SEC, lived=SEC),
+        ]
+
+    records = batch(71, 81, 30, 50, 10, 91) + batch(72, 82, 40, 60, 20, 92, START_TOLERANCE_NS)
+    outcome = tracker.close(records).outcomes
+    assert outcome == {"late": 2, "unmatched": 2, "counter_fell": 2, "read": 2, "closed": 2,
+                       "born": 2}  # fmt: skip
+
+
+def test_a_new_process_gone_before_any_pass_sums_every_task_gone_before_its_last():
+    """A process born since, never read, three tasks: the two gone first are held
+    (`_Pending`) and each adds its user and system time and major faults to the last's.
+    A process under the PID since reused takes nothing of the one before it: not once
+    that one's last record came (however close their starts), nor where its last never
+    came and the two started more than START_TOLERANCE_NS apart."""
+    tracker = two_passes(second=[])
+    first = record(90, 90, at=180 * SEC, lived=30 * MS, group_lived=30 * MS, last=False,
+                   utime_us=1000, stime_us=10, majflt=2)  # fmt: skip
+    second = record(91, 90, at=180 * SEC, lived=20 * MS, group_lived=30 * MS, last=False,
+                    utime_us=3000, stime_us=30, majflt=4)  # fmt: skip
+    last = record(92, 90, at=181 * SEC, lived=5 * MS, group_lived=1030 * MS,
+                  utime_us=2000, stime_us=20, majflt=1)  # fmt: skip
+    (*_, delta) = tracker.close([first, second, last]).deltas
+    assert (delta.fields.cpu_user_nanos, delta.fields.cpu_system_nanos) == (6 * MS, 60_000)
+    assert (delta.fields.major_faults, delta.fields.processes) == (7, 1)
+    # PID 90 again, started 1.5 s after the first: its own tasks alone
+    again = [record(93, 90, at=182 * SEC, lived=MS, group_lived=500 * MS, last=False,
+                    utime_us=500),
+             record(90, 90, at=182 * SEC, lived=500 * MS, utime_us=100)]  # fmt: skip
+    (*_, delta) = tracker.close(again).deltas
+    assert delta.fields.cpu_user_nanos == 600_000
+    # PID 95: a task gone, its last never came; PID 95 again 5 s later: its own alone
+    tracker.close([record(96, 95, at=183 * SEC, lived=MS, group_lived=MS, last=False,
+                          utime_us=7000)])  # fmt: skip
+    again = [record(97, 95, at=188 * SEC, lived=MS, group_lived=10 * MS, last=False,
+                    utime_us=500),
+             record(95, 95, at=188 * SEC, lived=10 * MS, utime_us=100)]  # fmt: skip
+    (*_, delta) = tracker.close(again).deltas
+    assert delta.fields.cpu_user_nanos == 600_000
+
+
+def test_the_tasks_of_a_process_never_read_are_held_for_two_passes_then_forgotten():
+    """The times of a gone task of a process no pass has read are held until its last
+    task's record, or a pass that reads the process (its `stat` has them), for two passes
+    after the one they came in; at the third, with no record, they are forgotten."""
+    for passes, user in ((2, 3_000_000), (3, 2_000_000)):
+        tracker = two_passes(second=[])
+        tracker.close([record(91, 90, at=201 * SEC, lived=MS, group_lived=2 * MS, last=False,
+                              utime_us=1000)])  # fmt: skip
+        other = proc(10, START, at=300 * SEC)
+        for n in range(passes):
+            tracker.advance([other], (300 + n) * SEC)
+        (delta,) = tracker.close([record(90, 90, at=301 * SEC, lived=100 * SEC + MS,
+                                         utime_us=2000)]).deltas  # fmt: skip
+        assert delta.fields.cpu_user_nanos == user, passes
+
+
+def test_a_suspend_is_measured_from_the_pass_whose_readings_went_last():
+    """The time suspended a record's start may be off by is the growth since the end of
+    the latest pass whose readings went (`_forgotten_ns`), not the machine's whole time
+    suspended: with 100 s slept before the passes and 1 s since, a task born after that
+    pass, not held, counts whole, and its process too where it started after that pass
+    by more than its wait and the suspend; one that may have started before it does not."""
+    tracker = tracker_for_exits()
+    asleep = 100 * SEC
+    tracker.advance([proc(10, START, at=100 * SEC)], 100 * SEC, slept_ns=asleep)
+    for listed in (200, 300, 400):  # 10 gone at 200 s; what it left goes at 400 s
+        tracker.advance([], listed * SEC, slept_ns=asleep)
+    assert tracker._forgotten_ns == 200 * SEC
+    closed = tracker.close(
+        [
+            record(77, at=360 * SEC, lived=10 * SEC),  # born at 350 s
+            record(78, at=360 * SEC, lived=160 * SEC - SEC // 2),  # at 200.5 s: may be before
+            # a thread born at 350 s, its process at 200.5 s or 202 s (waited 0.6 s), or 201 s
+            record(81, 80, at=360 * SEC, lived=10 * SEC, waited=600 * MS,
+                   group_lived=160 * SEC - SEC // 2, utime_us=1000),
+            record(83, 82, at=360 * SEC, lived=10 * SEC, waited=600 * MS,
+                   group_lived=158 * SEC, utime_us=1000),
+            record(85, 84, at=360 * SEC, lived=10 * SEC, group_lived=159 * SEC, utime_us=1000),
+        ],
+        slept_ns=asleep + SEC,
+    )  # fmt: skip
+    assert closed.outcomes == {"born": 4, "unmatched": 1}
+    processes = {d.record.tgid: d.fields.processes for d in closed.deltas}
+    assert processes == {77: 1, 80: 0, 82: 1, 84: 0}
+
+
+def test_a_process_closed_counts_once_and_its_zombie_read_hides_no_process_after_it():
+    """A process's last record counts it (`processes` 1) unless the pass before took a
+    delta of it: one that pass saw first (refused, no delta) counts. A pass that then
+    reads the closed process's zombie skips it alone: the processes after it are guarded."""
+    ten, thirty = (proc(pid, START, at=100 * SEC, threads=[thread(pid, START, cpu=3 * SEC)])
+                   for pid in (10, 30))  # fmt: skip
+    twenty = proc(20, START, at=200 * SEC, threads=[thread(20, START, cpu=3 * SEC)])
+    tracker = two_passes(ten, thirty, second=[ten, twenty, thirty])
+    lived = 230 * SEC - START * TICK_NS
+    closed = tracker.close([record(pid, at=230 * SEC, lived=lived, on_cpu=4 * SEC)
+                            for pid in (10, 20)])  # fmt: skip
+    assert [d.fields.processes for d in closed.deltas] == [0, 1]
+    zombie = proc(10, START, at=300 * SEC, threads=[thread(10, START, cpu=4 * SEC)])
+    ran = proc(30, START, at=300 * SEC, threads=[thread(30, START, cpu=5 * SEC)])
+    later = tracker.advance([zombie, ran], 300 * SEC)
+    assert [(d.reading.pid, d.fields.on_cpu_nanos) for d in later.deltas] == [(30, 2 * SEC)]
