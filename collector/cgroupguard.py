@@ -75,12 +75,9 @@ def _pressure(new: Pressure | None, old: Pressure | None) -> tuple[int | None, i
     """(waiting ns, stalled ns) of one PSI file: `some` and `full`, µs → ns."""
     if new is None or old is None:
         return None, None
-    some = _difference(new.some_us, old.some_us)
+    some = _difference(new.some_us, old.some_us)  # every PSI file has its `some` line
     full = _difference(new.full_us, old.full_us)
-    return (
-        None if some is None else some * 1000,
-        None if full is None else full * 1000,
-    )
+    return some * 1000, None if full is None else full * 1000
 
 
 def _bandwidth(
