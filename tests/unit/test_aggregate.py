@@ -7,6 +7,7 @@ from collector.model import CgroupFields, Fields
 from collector.podnames import PodNames
 from collector.readings import Carried, Footprint
 from collector.tracker import CarriedDelta, ProcessDelta, Tracker
+from tests.unit.test_groups import CID, UID_, v2
 from tests.unit.test_tracker import HZ, SEC, proc
 
 POD = Group("pod", (("namespace", "a"), ("pod", "b"), ("uid", "u"), ("qos", "burstable")))
@@ -226,3 +227,20 @@ def test_a_block_accepted_in_part_counts_each_of_its_processes_once():
     assert interval.observed_nanos == 100 * SEC + 50 * SEC
     assert interval.cpu_user_nanos == 2 * 10_000_000
     assert grouped.footprints[grouper.group_of(cgroup)].processes == 2
+
+
+def test_a_carried_block_of_a_group_left_out_hides_no_block_after_it():
+    """Under `--pods-only` a carried block of a non-pod cgroup is left out alone: a pod's
+    block after it in the pass is still summed, its processes, observed time and
+    footprint."""
+    grouper = Grouper(PodNames("/nonexistent", "/nonexistent"), pods_only=True)
+    host = proc(10, 5_000, 100 * SEC)._replace(cgroup=b"0::/system.slice/idle.service\n")
+    pod_dir = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"
+    pod = proc(20, 5_000, 100 * SEC)._replace(cgroup=v2(f"{pod_dir}/cri-containerd-{CID}.scope"))
+    blocks = [Carried(r.cgroup, {r.pid: r}, 2, 4096) for r in (host, pod)]
+    grouped = group_pass([], [], grouper, [CarriedDelta(b, b.readings, 10 * SEC) for b in blocks])
+    group = grouper.group_of(pod.cgroup)
+    assert grouped.intervals == {group: Fields(processes=1, observed_nanos=10 * SEC)}
+    footprint = grouped.footprints[group]
+    assert (footprint.processes, footprint.threads, footprint.rss_bytes) == (1, 2, 4096)
+    assert grouped.group_of_cgroup == {pod.cgroup: group}

@@ -371,3 +371,13 @@ def test_a_number_too_long_for_int_where_it_is_read_last_is_malformed_by_name(pa
     with pytest.raises(Malformed) as caught:
         parse(data)
     assert caught.value.what == what
+
+
+def test_a_blank_line_in_a_cgroup_file_hides_no_line_after_it():
+    """The kernel writes no blank line in `/proc/<pid>/cgroup` (it refuses a cgroup name
+    with a LF), but one read is skipped alone, as in `parse_flat_keyed`: every line after
+    it is still read."""
+    assert parse_cgroup(b"11:cpu:/a\n\n0::/b\n") == (
+        CgroupLine(11, ("cpu",), "/a"),
+        CgroupLine(0, (), "/b"),
+    )

@@ -587,3 +587,30 @@ def test_a_thread_whose_any_counter_fell_is_refused_whole(counter):
     assert (delta.fields.run_delay_nanos, delta.fields.voluntary_switches,
             delta.fields.nonvoluntary_switches, delta.fields.read_bytes,
             delta.fields.write_bytes) == (0, 0, 0, 0, 0)  # fmt: skip
+
+
+def test_a_carry_refused_for_running_backwards_leaves_the_rest_of_its_block_carried():
+    """A block carried at 220 s of a process read at 250 s (its time would run backwards:
+    guarded as read) and one read at 200 s: the second is still carried, 20 s observed."""
+    tracker = Tracker(HZ)
+    tracker.advance([proc(10, 5_000, 100 * SEC), proc(20, 5_000, 100 * SEC)], 100 * SEC)
+    ahead, behind = proc(10, 5_000, 250 * SEC), proc(20, 5_000, 200 * SEC)
+    tracker.advance([ahead, behind], 200 * SEC)
+    outcome = tracker.advance([], 220 * SEC, carry(ahead, behind), 220 * SEC)
+    assert carried(outcome) == {b"0::/\n": [1, 20 * SEC]}
+    assert [d.reading.pid for d in outcome.deltas] == [10]
+
+
+def test_a_thread_is_paired_with_its_last_reading_by_tid_not_by_a_start_equal_to_it():
+    """Thread 4999 gone, thread 5000 new in its place, both started in tick 5000: the new
+    thread's TID is the old one's start. It is no continuation of the old thread: first
+    seen, its counters not summed."""
+    tracker = Tracker(HZ)
+    tracker.advance([proc(10, 5_000, 100 * SEC,
+                          threads=[thread(10, 5_000), thread(4999, 5_000, cpu=SEC)])],
+                    100 * SEC)  # fmt: skip
+    outcome = tracker.advance([proc(10, 5_000, 200 * SEC,
+                                    threads=[thread(10, 5_000), thread(5000, 5_000, cpu=3 * SEC)])],
+                              200 * SEC)  # fmt: skip
+    (delta,) = outcome.deltas
+    assert delta.fields.on_cpu_nanos == 0 and outcome.threads_refused == Counter(first_seen=1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from collector.model import Fields
-from collector.tracker import MAX_KEPT_PASSES, START_TOLERANCE_NS, Tracker
+from collector.tracker import MAX_KEPT_PASSES, START_TOLERANCE_NS, SUSPEND_SLACK_NS, Tracker
 from tests.exitrecords import START, record
 from tests.unit.test_tracker import HZ, SEC, TICK_NS, carry, proc, thread
 
@@ -888,3 +888,180 @@ def test_a_process_closed_counts_once_and_its_zombie_read_hides_no_process_after
     ran = proc(30, START, at=300 * SEC, threads=[thread(30, START, cpu=5 * SEC)])
     later = tracker.advance([zombie, ran], 300 * SEC)
     assert [(d.reading.pid, d.fields.on_cpu_nanos) for d in later.deltas] == [(30, 2 * SEC)]
+
+
+# -- the gaps mutmut's run left in tracker.py: each a test ------------------------------------
+
+
+def test_a_thread_of_a_process_of_many_threads_is_found_by_its_tid():
+    """A process of more than 8 threads is looked up through an index of its threads by
+    TID: each record closes its own thread there, the second as the first."""
+    threads = [thread(10, START)] + [thread(tid, START + 10, cpu=SEC) for tid in range(11, 20)]
+    read = proc(10, START, at=200 * SEC, threads=threads)
+    tracker = two_passes(read, second=[read])
+    at = 210 * SEC
+    closed = tracker.close(
+        [record(tid, 10, at=at, lived=at - (START + 10) * TICK_NS, last=False,
+                group_lived=at - START * TICK_NS, on_cpu=cpu)
+         for tid, cpu in ((15, 3 * SEC), (18, 2 * SEC))]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 2}
+    assert [d.fields.on_cpu_nanos for d in closed.deltas] == [2 * SEC, SEC]
+
+
+def test_a_growth_of_exactly_the_slack_in_the_time_suspended_is_a_suspend():
+    """`SUSPEND_SLACK_NS` is the least growth taken for a suspend: a thread born and gone in
+    a live process the cache holds, its life then possibly on the stopped clock, closes
+    nothing where the machine's time suspended grew by exactly that much since passes that
+    gave none (`slept_ns` left out: 0)."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START)])
+    tracker = two_passes(read, second=[read])
+    closed = tracker.close(
+        [record(55, 10, at=210 * SEC, lived=2 * SEC, last=False,
+                group_lived=210 * SEC - START * TICK_NS, on_cpu=SEC)],
+        slept_ns=SUSPEND_SLACK_NS,
+    )  # fmt: skip
+    assert closed.outcomes == {"unmatched": 1}
+
+
+def test_a_task_read_when_its_record_may_have_come_already_is_not_read_alive():
+    """A task the pass read, its record's counters the same: read before the earliest its
+    record may have come (its arrival less its wait), it was alive, a sleeper killed, and
+    its process closes; read at that very instant, it may have exited already (a zombie
+    read past its record): nothing is left to close."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC, vol=5)])
+    for waited, outcome in ((SEC - 1, "closed"), (SEC, "read")):
+        tracker = two_passes(read, second=[read])
+        closed = tracker.close([record(10, at=201 * SEC, lived=201 * SEC - START * TICK_NS,
+                                       waited=waited, on_cpu=SEC, vol=5)])  # fmt: skip
+        assert closed.outcomes == {outcome: 1}, waited
+
+
+def test_the_gone_tasks_of_a_process_started_the_tolerance_apart_are_its_own():
+    """The tasks gone of a process no pass read are held for its last one's record while
+    the two say it started within START_TOLERANCE_NS of each other, that far apart too."""
+    tracker = two_passes(second=[])
+    first = record(91, 90, at=180 * SEC, lived=MS, group_lived=30 * MS, last=False,
+                   utime_us=1000)  # fmt: skip
+    last = record(90, 90, at=182 * SEC, lived=30 * MS, utime_us=2000)
+    assert last.group_start_ns - first.group_start_ns == START_TOLERANCE_NS
+    (*_, delta) = tracker.close([first, last]).deltas
+    assert delta.fields.cpu_user_nanos == 3 * MS
+
+
+def test_at_short_intervals_the_last_max_kept_passes_leftovers_are_kept_and_no_more():
+    """Passes every 10 ms, each leaving something: thread 11, read by the first, gone by
+    the second, is closed by its record while the second pass is among the last
+    MAX_KEPT_PASSES passes; one pass later what it left is gone, and the record closes
+    nothing (the thread started before that pass: it may have been counted)."""
+    both = [thread(10, START), thread(11, START + 1, cpu=SEC)]
+    gone = record(11, 10, at=101 * SEC, lived=int(100.001 * SEC) - (START + 1) * TICK_NS,
+                  waited=SEC, last=False, group_lived=int(100.001 * SEC) - START * TICK_NS,
+                  on_cpu=2 * SEC)  # fmt: skip
+    for passes, outcome in ((MAX_KEPT_PASSES + 1, "closed"), (MAX_KEPT_PASSES + 2, "unmatched")):
+        tracker = tracker_for_exits()
+        for k in range(passes):
+            at = 100 * SEC + k * 10 * MS
+            threads = both if k == 0 else both[:1]
+            tracker.advance([proc(10, START, at=at, threads=threads),
+                             proc(50 + k % 2, START, at=at)], at, read_until_ns=at)  # fmt: skip
+        assert tracker.close([gone]).outcomes == {outcome: 1}, passes
+
+
+def test_what_a_pass_left_is_kept_while_a_record_received_since_the_last_pass_may_close_it():
+    """Thread 11 gone by the pass that read until 101 s; passes listed at 103 s (2 s
+    later: START_TOLERANCE_NS) and at 110 s. Its record, received at 103 s, may have waited
+    2 s (not late): at that instant a record can still close it, so it is kept, and
+    closes it from its reading of 100 s."""
+    both = [thread(10, START), thread(11, START + 1, cpu=SEC)]
+    tracker = tracker_for_exits()
+    tracker.advance([proc(10, START, at=100 * SEC, threads=both)], 100 * SEC)
+    for at in (101, 103, 110):
+        tracker.advance([proc(10, START, at=at * SEC, threads=both[:1])], at * SEC,
+                        read_until_ns=at * SEC)  # fmt: skip
+    closed = tracker.close(
+        [record(11, 10, at=103 * SEC, lived=101 * SEC - (START + 1) * TICK_NS,
+                waited=START_TOLERANCE_NS, last=False,
+                group_lived=101 * SEC - START * TICK_NS, on_cpu=2 * SEC)]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 1} and closed.deltas[0].fields.on_cpu_nanos == SEC
+
+
+def test_a_zombie_leader_read_past_its_record_leaves_its_live_process_counted():
+    """The leader thread exits while the process lives on in another thread; a pass reads
+    the leader's zombie before its record (not the last task's) comes: nothing is left to
+    close of the leader, and the process is not closed: the next pass counts it."""
+    both = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = two_passes(proc(10, START, at=100 * SEC, threads=both),
+                         second=[proc(10, START, at=200 * SEC, threads=both)])  # fmt: skip
+    exited = int(199.95 * SEC)
+    closed = tracker.close([record(10, 10, at=int(200.5 * SEC), lived=exited - START * TICK_NS,
+                                   last=False, waited=600 * MS, on_cpu=SEC)])  # fmt: skip
+    assert closed.outcomes == {"read": 1}
+    later = tracker.advance(
+        [proc(10, START, at=300 * SEC, threads=[both[0], thread(11, START + 10, cpu=3 * SEC)])],
+        300 * SEC,
+    )
+    assert [d.fields.on_cpu_nanos for d in later.deltas] == [2 * SEC]
+
+
+def test_a_record_come_before_the_instant_its_reading_stands_for_observes_nothing():
+    """A record received while the pass read its process (it is taken after that pass)
+    may come before the instant the process's reading stands for: its last interval has
+    its thread fields, and no time observed, never a negative or a made-up one."""
+    read = proc(10, START, at=200 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = two_passes(read, second=[read])
+    at = 200 * SEC - 10 * MS
+    closed = tracker.close([record(10, at=at, lived=at - START * TICK_NS, on_cpu=2 * SEC)])
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (0, 0)
+
+
+def test_a_carried_process_whose_pid_is_reused_is_observed_from_its_carried_instant():
+    """Read at 100 s, carried at 200 s, gone at 250 s; a new process under its PID is read
+    at 300 s, replacing its reading: its record closes its last interval from 200 s, the
+    instant it was last carried to, not from its reading of 100 s."""
+    old = proc(10, START, at=100 * SEC, threads=[thread(10, START, cpu=SEC)])
+    tracker = tracker_for_exits()
+    tracker.advance([old], 100 * SEC)
+    tracker.advance([], 200 * SEC, carry(old), 200 * SEC)
+    new_start = 260 * SEC // TICK_NS
+    tracker.advance([proc(10, new_start, at=300 * SEC, threads=[thread(10, new_start)])],
+                    300 * SEC)  # fmt: skip
+    closed = tracker.close([record(10, at=250 * SEC, lived=250 * SEC - START * TICK_NS,
+                                   on_cpu=2 * SEC)])  # fmt: skip
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1} and delta.fields.on_cpu_nanos == SEC
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (1, 50 * SEC)
+
+
+def test_a_process_gone_from_a_block_carried_again_is_observed_from_the_blocks_instant():
+    """Two processes carried in one block at 160 s and 200 s; at 250 s the block is
+    carried without one of them, which exited at 230 s: its record closes its last
+    interval from 200 s, the block's last instant, which it keeps on leaving it."""
+    a, b = proc(10, START, at=100 * SEC), proc(20, START, at=100 * SEC)
+    tracker = tracker_for_exits()
+    tracker.advance([a, b], 100 * SEC)
+    block = carry(a, b)
+    tracker.advance([], 160 * SEC, block, 160 * SEC)
+    tracker.advance([], 200 * SEC, block, 200 * SEC)
+    tracker.advance([], 250 * SEC, carry(b), 250 * SEC)
+    closed = tracker.close([record(10, at=230 * SEC, lived=230 * SEC - START * TICK_NS)])
+    (delta,) = closed.deltas
+    assert closed.outcomes == {"closed": 1}
+    assert (delta.fields.processes, delta.fields.observed_nanos) == (1, 30 * SEC)
+
+
+def test_a_task_gone_from_a_process_whose_other_thread_ran_is_kept_for_its_record():
+    """Thread 11 read at 100 s, gone by 200 s, when thread 10 had run: the pass notices a
+    task gone (one thread of two matched) and keeps the reading of 100 s for its record."""
+    first = [thread(10, START, cpu=SEC), thread(11, START + 10, cpu=SEC)]
+    tracker = two_passes(proc(10, START, at=100 * SEC, threads=first),
+                         second=[proc(10, START, at=200 * SEC,
+                                      threads=[thread(10, START, cpu=2 * SEC)])])  # fmt: skip
+    closed = tracker.close(
+        [record(11, 10, at=201 * SEC, lived=201 * SEC - (START + 10) * TICK_NS, last=False,
+                group_lived=201 * SEC - START * TICK_NS, on_cpu=3 * SEC)]
+    )  # fmt: skip
+    assert closed.outcomes == {"closed": 1} and closed.deltas[0].fields.on_cpu_nanos == 2 * SEC
