@@ -414,6 +414,14 @@ def test_json_is_one_indented_document():
 # --- the live screen in a pseudo-terminal ------------------------------------------------
 
 
+TERMINAL_ENV = {
+    **{name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")},
+    "TERM": "xterm-256color",
+}
+"""The environment of `top` on the pseudo-terminal: its size is the terminal's, not one a
+parent's environment says (pytest-xdist's workers set COLUMNS and LINES)."""
+
+
 class Terminal:
     """`procdelta top` on a pseudo-terminal of 80x24 that is its controlling terminal."""
 
@@ -426,7 +434,7 @@ class Terminal:
             [sys.executable, "-m", "collector", "top", "--interval", "0.5", *args],
             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
             preexec_fn=lambda: (interruptible(), fcntl.ioctl(0, termios.TIOCSCTTY, 0)),
-            env={**os.environ, "TERM": "xterm-256color"},
+            env=TERMINAL_ENV,
         )  # fmt: skip
         self.output = b""
 
