@@ -57,7 +57,7 @@ class Cgroups:
     def begin(self) -> CgroupPass:
         """Step 1: every known group's cgroup, read before the processes."""
         known = self._known()
-        return CgroupPass(self, known, self._read(known))
+        return CgroupPass(self, known, self.read(known))
 
     def _known(self) -> dict[Group, list[Location]]:
         """Every pod cgroup on the node (or container cgroup, with `--per-container`), and
@@ -76,7 +76,8 @@ class Cgroups:
             targets[group] = _locations(dirs)
         return targets
 
-    def _read(self, targets: dict[Group, list[Location]]) -> dict[Group, CgroupReading]:
+    def read(self, targets: dict[Group, list[Location]]) -> dict[Group, CgroupReading]:
+        """The cgroups of `targets`, read less where last pass's readings prove it."""
         if self.cgroupfs is None or not targets:
             return {}
         return self.cgroupfs.read_groups(targets, self.readings)
@@ -152,7 +153,7 @@ class CgroupPass:
         side, early = self._cgroups, self.early
         if side.cgroupfs is None:
             return CgroupOutcome(CgroupAdvance(), frozenset())
-        late = side._read(
+        late = side.read(
             {g: _locations(dirs) for g, dirs in grouped.cgroup_dirs.items() if g not in early}
         )
         readings = early | late

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import NoReturn
 
 import pytest
 
@@ -16,7 +17,7 @@ ROOT_MARKERS = ("root", "kernel", "container")
 """The markers of tests that need root (pyproject.toml's `markers` says why each does)."""
 
 
-def _missing(message: str) -> None:
+def _missing(message: str) -> NoReturn:
     if UNDER_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
@@ -27,7 +28,6 @@ def tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
         _missing(f"{name} not found: install Debian's {package} package (.ci/run does)")
-    assert path is not None
     return path
 
 

@@ -11,7 +11,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from collector.exporter import make_server
 from collector.listener import Limits
 from collector.passloop import PassLoop
 from tests.integration.test_serve import CountingEngine, serving
@@ -221,15 +219,11 @@ def swapped_in(web: webconfig.WebConfigFile, port: int, context: ssl.SSLContext,
 def serving_config_file(web: webconfig.WebConfigFile, listener_of: list | None = None):
     loop = PassLoop(CountingEngine(groups=1), interval=60)
     loop.run_pass()
-    server = make_server("127.0.0.1:0", loop, "/metrics", web)
-    if listener_of is not None:
-        server.listener.tls_at_start = web.current().tls.terms
-        listener_of.append(server.listener)
-    thread = threading.Thread(target=server.serve_forever)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+
+    def kept(server) -> None:
+        if listener_of is not None:
+            server.listener.tls_at_start = web.current().tls.terms
+            listener_of.append(server.listener)
+
+    with serving(loop, web=web, before=kept) as port:
+        yield port

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 
 import psutil
@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from collector.engine import PassResult
-from collector.exporter import make_server, parse_listen_address, wants_openmetrics
+from collector.exporter import MetricsServer, make_server, parse_listen_address, wants_openmetrics
 from collector.groups import Group
 from collector.model import COUNTER_FIELD_NAMES, FIELD_NAMES, Fields
 from collector.passloop import PassLoop
@@ -61,11 +61,19 @@ class CountingEngine:
 
 @contextlib.contextmanager
 def serving(
-    loop: PassLoop, path: str = "/metrics", web=None, limits=None, storage_bytes=False
+    loop: PassLoop,
+    path: str = "/metrics",
+    web=None,
+    limits=None,
+    storage_bytes=False,
+    before: Callable[[MetricsServer], None] | None = None,
 ) -> Iterator[int]:
     """An in-process server of `loop` on 127.0.0.1 (with a web configuration and the
-    listener's limits, if given; `storage_bytes`: --web.processes.storage-bytes): its port."""
+    listener's limits, if given; `storage_bytes`: --web.processes.storage-bytes): its port.
+    `before`: called with the server made, before it serves."""
     server = make_server("127.0.0.1:0", loop, path, web, limits, storage_bytes=storage_bytes)
+    if before is not None:
+        before(server)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
