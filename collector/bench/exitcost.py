@@ -195,7 +195,8 @@ def exit_lines(costs: Sequence[ExitCost]) -> list[str]:
         counted = f"{cost.records / cost.tasks:.1%}" if cost.tasks else "-"
         lines.append(
             f"{cost.rate:>8,.0f} {cost.made_per_second:>8,.0f} {cost.records_per_second:>8,.0f} "
-            f"{cost.without * 1e3:>8.1f} {cost.with_ * 1e3:>8.1f} {cost.ratio:>6.2f} "
+            f"{cost.without * 1e3:>8.1f} {cost.with_ * 1e3:>8.1f} "
+            + (f"{'-':>6} " if math.isnan(cost.ratio) else f"{cost.ratio:>6.2f} ")
             + (f"{'-':>7} " if math.isnan(per_record) else f"{per_record:>7.1f} ")
             + f"{cost.records:>9,} {cost.made:>9,} {cost.tasks:>9,} {counted:>8} "
             f"{cost.dropped:>7,} {cost.overflows:>5}"

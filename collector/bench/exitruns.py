@@ -169,11 +169,13 @@ class ExitCost:
 
     @property
     def ratios(self) -> list[float]:
-        """Each round's CPU a second with the flag over that without it."""
-        return [w.cpu_per_second / wo.cpu_per_second for wo, w in self.rounds]
+        """Each round's CPU a second with the flag over that without it; not of a round whose
+        run without it measured no CPU (a run shorter than the CPU clock's tick)."""
+        return [w.cpu_per_second / wo.cpu_per_second for wo, w in self.rounds if wo.cpu_per_second]
 
     @property
     def ratio(self) -> float:
+        """The rounds' ratios' median; NaN where no round has one."""
         return median(self.ratios)
 
     @property

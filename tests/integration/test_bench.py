@@ -519,6 +519,7 @@ def test_an_exit_cost_is_the_median_of_its_rounds_each_against_its_own_round():
     """Ratios and the extra CPU per record are taken round by round (a run with the flag
     against the run without it in the same round), then their median; the records against
     the exits over every round with the flag."""
+    from collector.bench.exitcost import exit_lines
     from collector.bench.exitruns import ExitCost
 
     rounds = [  # (without, with): CPU a second, exits made, records counted, over 10 s
@@ -540,6 +541,10 @@ def test_an_exit_cost_is_the_median_of_its_rounds_each_against_its_own_round():
     assert [round(x, 6) for x in cost.passes] == [0.01, 0.01] and cost.peak_rss == (40.0, 40.0)
     heard_none = ExitCost(1000, [(_exit_run(False, 0.1, 10, None), _exit_run(True, 0.1, 10, None))])
     assert math.isnan(heard_none.per_record) and heard_none.records == 0
+    # a run without the flag too short for the CPU clock's tick: no ratio, not a traceback
+    still = ExitCost(1000, [(_exit_run(False, 0.0, 10, None), _exit_run(True, 0.01, 10, 10))])
+    assert still.ratios == [] and math.isnan(still.ratio)
+    assert exit_lines([still])[1].split()[5] == "-"
 
 
 def test_the_exit_table_gives_each_rate_a_row_and_says_what_1000_exits_cost():
