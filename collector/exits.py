@@ -28,6 +28,7 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
@@ -45,6 +46,7 @@ NLM_F_ACK = 0x4
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 TASKSTATS_CMD_GET = 1
+TASKSTATS_CMD_NEW = 2  # the kernel's answers and exit records
 TASKSTATS_CMD_ATTR_REGISTER_CPUMASK = 3
 TASKSTATS_TYPE_PID = 1
 TASKSTATS_TYPE_TGID = 2
@@ -192,41 +194,88 @@ def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, mem
 # (overloaded for the checker: the default `make` makes `ExitRecord`s, which a default
 # cannot say of a type variable)
 @overload
-def parse_messages(data: bytes, received_ns: int) -> tuple[list[ExitRecord], int | None]: ...
+def parse_messages(
+    data: bytes, received_ns: int, *, family: int | None = None, refused: Counter[str] | None = None
+) -> tuple[list[ExitRecord], int | None]: ...
 @overload
 def parse_messages(
-    data: bytes, received_ns: int, make: Callable[[bytes, int], T | None]
+    data: bytes,
+    received_ns: int,
+    make: Callable[[bytes, int], T | None],
+    *,
+    family: int | None = None,
+    refused: Counter[str] | None = None,
 ) -> tuple[list[T], int | None]: ...
 def parse_messages(
-    data: bytes, received_ns: int, make: Callable[[bytes, int], object] = parse_stats
+    data: bytes,
+    received_ns: int,
+    make: Callable[[bytes, int], object] = parse_stats,
+    *,
+    family: int | None = None,
+    refused: Counter[str] | None = None,
 ) -> tuple[Sequence[object], int | None]:
     """The exit records of what one read of the socket gave (netlink messages, each a
     generic netlink header and the attributes AGGR_PID, holding PID and STATS, or AGGR_TGID,
     holding TGID and the process's delay sums), each made by `make` (an `ExitRecord`, or
     packed); and the error an NLMSG_ERROR message carried (0: an ack; None: no such
-    message). A process's AGGR_TGID sums are its tasks' own records again: not taken."""
+    message). A process's AGGR_TGID sums are its tasks' own records again: not taken.
+
+    With `family` (the TASKSTATS family's number), a message of another type, or not the
+    family's TASKSTATS_CMD_NEW, is refused; and an AGGR_PID that is not one task's record
+    (its PID attribute missing or not the record's own `ac_pid`, its STATS too short) is
+    `malformed`: each counted into `refused` by its reason (EXIT_REFUSAL_REASONS)."""
     records: list[object] = []
     error: int | None = None
     offset = 0
+    tally: Counter[str] = Counter() if refused is None else refused
     while offset + 16 <= len(data):
         length, kind = struct.unpack_from("=IH", data, offset)
         if length < 16 or offset + length > len(data):
+            tally["malformed"] += 1
             break
         if kind == NLMSG_ERROR:
             if length < 20:  # no error code: not a message the kernel sends
+                tally["malformed"] += 1
                 break
             error = -struct.unpack_from("=i", data, offset + 16)[0]
         elif kind != NLMSG_DONE:
-            for top, value in attributes(data[offset + 20 : offset + length]):
-                if top != TASKSTATS_TYPE_AGGR_PID:
-                    continue
-                for inner, stats in attributes(value):
-                    if inner == TASKSTATS_TYPE_STATS:
-                        record = make(bytes(stats), received_ns)
-                        if record is not None:
-                            records.append(record)
+            if family is not None and (
+                kind != family or length < 20 or data[offset + 16] != TASKSTATS_CMD_NEW
+            ):
+                tally["not_taskstats"] += 1
+            else:
+                for stats in _task_stats(data[offset + 20 : offset + length], tally):
+                    record = make(stats, received_ns)
+                    if record is None:
+                        tally["malformed"] += 1
+                    else:
+                        records.append(record)
         offset += (length + 3) & ~3
     return records, error
+
+
+def _task_stats(payload: bytes, refused: Counter[str]) -> Iterator[bytes]:
+    """The `struct taskstats` of each task's record (AGGR_PID) in one message's attributes:
+    its PID attribute and its STATS, the STATS long enough and naming that PID."""
+    for top, value in attributes(payload):
+        if top != TASKSTATS_TYPE_AGGR_PID:
+            continue
+        pid: int | None = None
+        stats: bytes | None = None
+        for inner, content in attributes(value):
+            if inner == TASKSTATS_TYPE_PID and len(content) == 4:
+                pid = struct.unpack("=I", content)[0]
+            elif inner == TASKSTATS_TYPE_STATS:
+                stats = bytes(content)
+        if (
+            pid is None
+            or stats is None
+            or len(stats) < _MIN_BYTES
+            or _IDS.unpack_from(stats, 128)[0] != pid
+        ):
+            refused["malformed"] += 1
+            continue
+        yield stats
 
 
 def _attribute(kind: int, value: bytes) -> bytes:
@@ -249,6 +298,12 @@ def _cpus() -> str:
         return f"0-{(os.cpu_count() or 1) - 1}"
 
 
+def from_kernel(sender: object) -> bool:
+    """Whether a datagram's sender (`recvfrom`'s address: port id and groups) is the
+    kernel, whose port id is 0: a process's socket is never bound to port 0."""
+    return isinstance(sender, tuple) and len(sender) == 2 and sender[0] == 0
+
+
 _WAKE_SECONDS = 0.5
 """How long the listener's thread waits on a quiet socket before it looks whether it was
 closed."""
@@ -264,20 +319,27 @@ class ExitListener:
     the last. A listener that falls behind delays no pass and no scrape: the socket's buffer
     (`buffer_bytes`) holds what it has not read, and what overflows it is counted
     (`overflows`: the times the kernel said ENOBUFS; how many records each time lost, the
-    kernel does not say)."""
+    kernel does not say).
+
+    Only the kernel speaks on it: a datagram whose sender's port id is not 0 (another
+    process with CAP_NET_ADMIN can send to the listener's port), a message not of the
+    TASKSTATS family (`family`, found when registering), and an exit record not well formed
+    are refused and counted by reason (`refused`, EXIT_REFUSAL_REASONS)."""
 
     def __init__(
         self,
         buffer_bytes: int = BUFFER_BYTES,
         clock=_boottime_ns,
         sock: socket.socket | None = None,
+        family: int | None = None,
     ):
         self.clock = clock
         self.buffer_bytes = buffer_bytes
         self.overflows = 0
         self.dropped = 0  # past MAX_QUEUED, between two passes
         self.received = 0
-        self.malformed = 0  # datagrams that could not be read
+        self.refused: Counter[str] = Counter()  # by reason: EXIT_REFUSAL_REASONS
+        self.family = family  # the TASKSTATS family's number (`_register` finds it)
         self._queue = bytearray()  # packed records (`pack_stats`), in the order they came
         self._lock = threading.Lock()
         self._registered_at = clock()
@@ -334,7 +396,7 @@ class ExitListener:
         try:
             sock.bind((0, 0))
             sock.settimeout(5)
-            family = self._family(sock)
+            family = self.family = self._family(sock)
             with_force = True
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.buffer_bytes)
@@ -368,7 +430,9 @@ class ExitListener:
         """The TASKSTATS family's number (CTRL_CMD_GETFAMILY)."""
         name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
         sock.send(_request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, 1))
-        data = sock.recv(65536)
+        data, sender = sock.recvfrom(65536)
+        while not from_kernel(sender):  # only the kernel's answer
+            data, sender = sock.recvfrom(65536)
         length, kind = struct.unpack_from("=IH", data, 0)
         if kind == NLMSG_ERROR:
             code = -struct.unpack_from("=i", data, 16)[0]
@@ -385,13 +449,18 @@ class ExitListener:
         records that came before it (tasks exiting meanwhile on other CPUs), packed."""
         came: list[bytes] = []
         while True:
-            data = sock.recv(1 << 20)
+            data, sender = sock.recvfrom(1 << 20)
             now = self.clock()
+            if not from_kernel(sender):
+                self.refused["not_kernel"] += 1
+                continue
 
             def packed(stats: bytes, received_ns: int, now: int = now) -> bytes | None:
                 return pack_stats(stats, received_ns, now - self._registered_at)
 
-            records, error = parse_messages(data, now, packed)
+            records, error = parse_messages(
+                data, now, packed, family=self.family, refused=self.refused
+            )
             came += records
             if error is not None:
                 break
@@ -417,7 +486,7 @@ class ExitListener:
         while True:
             tried_at = clock()
             try:
-                size = sock.recv_into(buffer)
+                size, sender = sock.recvfrom_into(buffer)
             except (BlockingIOError, TimeoutError):  # empty since `tried_at` at least
                 empty_at = tried_at
                 if self._closed.is_set():
@@ -432,6 +501,9 @@ class ExitListener:
                     return
                 log.debug("exit records: %s", error)
                 continue
+            if not from_kernel(sender):  # another process, sending to our port
+                self.refused["not_kernel"] += 1
+                continue
             if not size:
                 continue
             now = clock()
@@ -441,10 +513,12 @@ class ExitListener:
                 return pack_stats(stats, received_ns, waited)
 
             try:
-                records, _ = parse_messages(bytes(buffer[:size]), now, packed)
+                records, _ = parse_messages(
+                    bytes(buffer[:size]), now, packed, family=self.family, refused=self.refused
+                )
             except Exception:  # a datagram no kernel sends: the thread lives on
-                self.malformed += 1
-                if self.malformed == 1:
+                self.refused["malformed"] += 1
+                if self.refused["malformed"] == 1:
                     log.warning("exit records: a message could not be read", exc_info=True)
                 continue
             if not records:

@@ -30,6 +30,7 @@ from collector.model import (
     CGROUP_REFUSAL_REASONS,
     COUNTER_FIELD_NAMES,
     EXIT_OUTCOMES,
+    EXIT_REFUSAL_REASONS,
     FIELD_NAMES,
     REFUSAL_REASONS,
     THREAD_REFUSAL_REASONS,
@@ -149,6 +150,7 @@ class SelfState:
     exits: Mapping[str, int] | None = None
     exit_overflows: int = 0
     exits_dropped: int = 0
+    exits_refused: Mapping[str, int] | None = None  # datagrams refused, by reason
     exits_unplaced: tuple[int, int] = (0, 0)
 
 
@@ -270,6 +272,13 @@ def _exit_families(state: SelfState) -> list[Family]:
                 ),
                 ("_total", (("outcome", "dropped"),), state.exits_dropped),
             ),
+        ),
+        Family(
+            "procdelta_exit_messages_refused",
+            "counter",
+            "Datagrams on the exit records' socket refused (--collector.exits): not sent by "
+            "the kernel, not of the TASKSTATS family, or not a well-formed record.",
+            _by_reason(state.exits_refused, EXIT_REFUSAL_REASONS),
         ),
         Family(
             "procdelta_exit_record_overflows",

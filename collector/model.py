@@ -289,6 +289,12 @@ class CpuSet(NamedTuple):
     count: int  # type: ignore[assignment]
 
 
+EXIT_REFUSAL_REASONS = ("not_kernel", "not_taskstats", "malformed")
+"""Why a datagram on the exit records' socket is refused (`ExitListener.refused`): it was
+not sent by the kernel (its sender's port id is not 0: another process with CAP_NET_ADMIN
+may send to the listener's port), it is no message of the TASKSTATS family, or it is not a
+well-formed exit record."""
+
 EXIT_OUTCOMES = ("closed", "born", "read", "counter_fell", "unmatched", "late", "unplaced")
 """What an exit record came to: it closed the last interval of a task the cache held;
 counted whole a task born since the previous pass began listing; found the task read at or

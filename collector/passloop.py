@@ -204,6 +204,7 @@ class PassLoop:
             "exits": MappingProxyType(dict(self._exits)),
             "exit_overflows": listener.overflows,
             "exits_dropped": listener.dropped,
+            "exits_refused": MappingProxyType(dict(listener.refused)),
             "exits_unplaced": self._exits_unplaced,
         }
 

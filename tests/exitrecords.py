@@ -3,7 +3,9 @@ offsets) for tests/unit/test_exits.py, test_tracker_close.py and test_engine_exi
 
 from __future__ import annotations
 
+import socket
 import struct
+from collections import deque
 
 from collector.exits import (
     AGROUP,
@@ -56,8 +58,11 @@ def attribute(kind: int, value: bytes) -> bytes:
     return struct.pack("=HH", length, kind) + value + b"\0" * (-length % 4)
 
 
-def message(*attributes: bytes, kind: int = 23) -> bytes:
-    body = struct.pack("=BBH", 2, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
+FAMILY = 23  # the TASKSTATS family's number the tests' listeners are given
+
+
+def message(*attributes: bytes, kind: int = FAMILY, command: int = 2) -> bytes:
+    body = struct.pack("=BBH", command, 1, 0) + b"".join(attributes)  # TASKSTATS_CMD_NEW
     return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
 
 
@@ -90,3 +95,32 @@ def record(pid, tgid=None, *, at, lived, last=True, ppid=1, group_lived=None, wa
     found = parse_stats(stats, at, waited)
     assert found is not None
     return found
+
+
+class Netlink:
+    """A socket as the listener reads one (`recvfrom_into`): each datagram comes with its
+    sender's address, (port id, groups), port 0 being the kernel's. Made of an AF_UNIX
+    pair, so that `select` waits on it as on the kernel's."""
+
+    def __init__(self):
+        self._theirs, self._ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._ours.settimeout(0.05)
+        self._ports: deque[int] = deque()
+
+    def send(self, data: bytes, port: int = 0) -> None:
+        self._ports.append(port)
+        self._theirs.send(data)
+
+    def recvfrom_into(self, buffer) -> tuple[int, tuple[int, int]]:
+        size = self._ours.recv_into(buffer)
+        return size, (self._ports.popleft(), 0)
+
+    def settimeout(self, seconds) -> None:
+        self._ours.settimeout(seconds)
+
+    def fileno(self) -> int:
+        return self._ours.fileno()
+
+    def close(self) -> None:
+        self._ours.close()
+        self._theirs.close()

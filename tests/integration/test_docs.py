@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -66,6 +67,7 @@ class QuietListener:
     """An exit-record listener (collector/exits.py) that heard no exit."""
 
     overflows = dropped = 0
+    refused: ClassVar[dict[str, int]] = {}
 
     def drain(self) -> list:
         return []

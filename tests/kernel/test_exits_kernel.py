@@ -312,3 +312,59 @@ def test_a_fork_storm_loses_no_record_at_the_default_buffer(pod, capsys):  # noq
     assert rate >= 5000
     assert listener.overflows == 0 and listener.dropped == 0
     assert (heard["forks"], heard["threads"]) == tuple(made)
+
+
+FORGE = """
+import socket, sys
+port, data = int(sys.argv[1]), bytes.fromhex(sys.stdin.read())
+sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 16)  # NETLINK_GENERIC
+sock.bind((0, 0))
+sock.sendto(data, (port, 0))
+print("sent", flush=True)
+"""
+
+
+@pytest.mark.parametrize("pod", ["systemd-v2"], indirect=True)
+def test_a_forged_record_from_another_user_with_net_admin_counts_nothing(pod):  # noqa: F811
+    """Another user holding CAP_NET_ADMIN alone (a hostNetwork pod with NET_ADMIN) sends the
+    listener's port a well-formed TASKSTATS record of an hour on a CPU for a task of the
+    pod, born since the last pass. The kernel lets the datagram through (it arrives, and is
+    refused as `not_kernel`), and nothing of it is counted: the pod's sums stay its own."""
+    import sys
+
+    from tests.exitrecords import exit_message, taskstats
+
+    cgroup_procs = os.path.join(pod["cgroup"], "cgroup.procs")
+    engine = build_engine(replace(pod["options"], exits=True))
+    victim = subprocess.Popen(["sh", "-c", f'echo $$ > "{cgroup_procs}"; exec sleep 60'])
+    try:
+        assert isinstance(engine.exits, ExitListener), "no exit records here"
+        time.sleep(0.2)
+        engine.run_pass()
+        time.sleep(PASS_SECONDS)
+        engine.run_pass()
+        port = engine.exits._socket.getsockname()[0]
+        hour_us = 3600 * 10**6
+        stats = taskstats(victim.pid + 1, ppid=victim.pid, lived_us=10_000,
+                          on_cpu=hour_us * 1000, utime_us=hour_us)  # fmt: skip
+        data = exit_message(stats, victim.pid + 1)
+        data = data[:4] + engine.exits.family.to_bytes(2, sys.byteorder) + data[6:]
+        sent = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             "--inh-caps=+net_admin", "--ambient-caps=+net_admin",
+             sys.executable, "-c", FORGE, str(port)],
+            input=data.hex(), capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert sent.stdout.strip() == "sent", sent.stderr
+        deadline = time.monotonic() + 5
+        while engine.exits.refused["not_kernel"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        result = engine.run_pass()
+    finally:
+        victim.kill()
+        victim.wait()
+        close(engine)
+    _, fields = pod_interval(result, pod["uid"])
+    assert fields.on_cpu_nanos < 10**9 and fields.cpu_user_nanos < 10**9, fields
+    assert all(f.on_cpu_nanos < 100 * 10**9 for f in result.intervals.values())
+    assert engine.exits.refused["not_kernel"] == 1

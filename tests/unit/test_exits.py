@@ -5,9 +5,9 @@ bound, and an overflow or a stray message counted while listening goes on."""
 from __future__ import annotations
 
 import errno
-import socket
 import struct
 import time
+from collections import Counter
 
 from collector import exits
 from collector.exits import (
@@ -23,7 +23,7 @@ from collector.exits import (
     parse_messages,
     parse_stats,
 )
-from tests.exitrecords import attribute, exit_message, message, taskstats
+from tests.exitrecords import FAMILY, Netlink, attribute, exit_message, message, taskstats
 from tests.unit.test_tracker import SEC
 
 
@@ -85,9 +85,8 @@ def test_the_listener_holds_at_most_its_bound_and_counts_the_rest(monkeypatch):
     """Records past MAX_QUEUED between two passes are dropped, newest first, and counted;
     a drain empties the queue; closing stops the thread."""
     monkeypatch.setattr(exits, "MAX_QUEUED", 5)
-    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    ours.settimeout(0.05)
-    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    kernel = Netlink()
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY).listen()
     try:
         for pid in range(100, 108):  # one message a read, as the kernel sends them
             kernel.send(exit_message(taskstats(pid, lived_us=1000), pid))
@@ -135,13 +134,13 @@ class Overflowing:
     def __init__(self, then: bytes):
         self.calls, self.then = 0, then
 
-    def recv_into(self, buffer):
+    def recvfrom_into(self, buffer):
         self.calls += 1
         if self.calls <= 2:
             raise OSError(errno.ENOBUFS, "No buffer space available")
         if self.calls == 3:
             buffer[: len(self.then)] = self.then
-            return len(self.then)
+            return len(self.then), (0, 0)
         time.sleep(0.01)
         raise TimeoutError
 
@@ -165,9 +164,8 @@ def test_an_overflow_is_counted_and_listening_goes_on():
 
 
 def test_a_message_no_kernel_sends_is_counted_and_listening_goes_on():
-    kernel, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    ours.settimeout(0.05)
-    listener = ExitListener(clock=lambda: 10 * SEC, sock=ours).listen()
+    kernel = Netlink()
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY).listen()
     try:
         kernel.send(struct.pack("=IHHII", 16, 2, 0, 0, 0))  # NLMSG_ERROR with no code
         kernel.send(exit_message(taskstats(301, lived_us=1000), 301))
@@ -175,7 +173,60 @@ def test_a_message_no_kernel_sends_is_counted_and_listening_goes_on():
         while listener.received < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [r.pid for r in listener.drain()] == [301]
+        assert listener.refused == Counter(malformed=1)
         assert listener._thread.is_alive()
     finally:
         listener.close()
         kernel.close()
+
+
+def forged(pid: int = 302) -> bytes:
+    """A well-formed exit record of an hour on a CPU, as another process could write it."""
+    hour = taskstats(pid, lived_us=1000, on_cpu=3600 * SEC, utime_us=3600 * 10**6)
+    return exit_message(hour, pid)
+
+
+def test_only_the_kernel_speaks_a_record_from_another_port_is_refused():
+    """A process with CAP_NET_ADMIN may send to the listener's port: whatever it sends,
+    its port id is not the kernel's 0, and nothing of it is taken."""
+    kernel = Netlink()
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY).listen()
+    try:
+        kernel.send(forged(302), port=4242)
+        kernel.send(forged(303), port=0x80000001)  # an autobound port, as the kernel makes
+        kernel.send(exit_message(taskstats(304, lived_us=1000), 304))  # the kernel's
+        deadline = time.monotonic() + 5
+        while listener.received < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert [r.pid for r in listener.drain()] == [304]
+        assert listener.refused == Counter(not_kernel=2) and listener.received == 1
+    finally:
+        listener.close()
+        kernel.close()
+
+
+def aggr_pid(pid_attribute: bytes | None, stats: bytes) -> bytes:
+    inner = b"" if pid_attribute is None else attribute(TASKSTATS_TYPE_PID, pid_attribute)
+    inner += attribute(TASKSTATS_TYPE_STATS, stats)
+    return message(attribute(TASKSTATS_TYPE_AGGR_PID, inner))
+
+
+def test_a_message_of_another_family_or_command_or_shape_is_refused_by_reason():
+    """The kernel's record is a TASKSTATS_CMD_NEW of the family's number, its AGGR_PID
+    holding a PID attribute and a STATS of that very PID, long enough to be read: each
+    other shape is refused and counted, the well-formed record beside it still taken."""
+    well = exit_message(taskstats(40, lived_us=1000), 40)
+    cases = [
+        (message(attribute(TASKSTATS_TYPE_AGGR_PID, b""), kind=FAMILY + 1), "not_taskstats"),
+        (exit_message(taskstats(41), 41)[:16] + b"\1\1\0\0" + exit_message(taskstats(41), 41)[20:],
+         "not_taskstats"),  # TASKSTATS_CMD_GET: a request, never an exit record
+        (aggr_pid(None, taskstats(42)), "malformed"),  # no PID attribute
+        (aggr_pid(struct.pack("=I", 43), taskstats(44)), "malformed"),  # another task's
+        (aggr_pid(struct.pack("=I", 45), taskstats(45)[:200]), "malformed"),  # cut short
+    ]  # fmt: skip
+    for data, reason in cases:
+        refused: Counter[str] = Counter()
+        records, _ = parse_messages(data + well, 0, family=FAMILY, refused=refused)
+        assert [r.pid for r in records] == [40], reason
+        assert refused == Counter({reason: 1}), reason
