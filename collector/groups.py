@@ -120,7 +120,10 @@ def _pod_or_conmon(path: str, root: str = "/") -> PodRef | _Conmon | None:
         match = _POD_SEGMENT.match(segment)
         if match is None:
             continue
-        if not kubelet_placed(segments[:index], relative, root):
+        if not kubelet_placed(segments[:index], relative, root) and not (
+            match["cid"] is not None
+            and runtime_placed(segments[:index], match["runtime"], relative, root)
+        ):
             return None
         uid = match["uid"].replace("_", "-")
         qos = _qos(segments[:index], match)
@@ -154,6 +157,38 @@ def kubelet_placed(parents: list[str], relative: bool = False, root: str = "/") 
     if not parents or not _KUBELET_TOP.match(parents[0]):
         return False
     return all(leads_to_pods(parents[i], parents[i - 1]) for i in range(1, len(parents)))
+
+
+_RUNTIME_SERVICES = {
+    "cri-containerd": "containerd.service",
+    "crio": "crio.service",
+    "docker": "docker.service",
+}
+"""The systemd unit of each runtime that names a container `<slice>:<runtime>:<id>`."""
+_SERVICE_SLICES = frozenset({"system.slice", "kuberuntime.slice"})
+
+
+def runtime_placed(
+    parents: list[str], runtime: str, relative: bool = False, root: str = "/"
+) -> bool:
+    """Whether a container directory in runc's systemd form, `<pod slice>:<runtime>:<id>`,
+    below `parents` is where the runtime itself puts it: on cgroup v1 with the systemd
+    driver, runc makes that literal name in each controller's tree below the runtime's own
+    cgroup (`/system.slice/containerd.service`, `/kuberuntime.slice/containerd.service`,
+    kubernetes#106514), or at the top of the hierarchy. Only root makes a cgroup there: the
+    units of `system.slice` and `kuberuntime.slice` are the system manager's (a delegation
+    to a user is below `user.slice`, or below the delegated unit's own cgroup, never a
+    runtime's), and the top of a hierarchy is root's. The runtime named must be the one
+    whose service holds it."""
+    if relative:
+        return False
+    top = [s for s in root.split("/") if s]
+    if top and parents[: len(top)] == top:
+        parents = parents[len(top) :]
+    if not parents:
+        return True
+    service = _RUNTIME_SERVICES.get(runtime)
+    return len(parents) == 2 and parents[0] in _SERVICE_SLICES and parents[1] == service
 
 
 def host_path_in(

@@ -130,6 +130,46 @@ POD_LAYOUTS = [
         CID,
     ),
     (
+        # runc's systemd form made literally below the runtime's own cgroup in every v1
+        # controller (kubernetes#106514; cAdvisor's `id` labels, coroot-node-agent's and
+        # kepler's catalogues)
+        "v1 systemd containerd below containerd.service",
+        v1(
+            f"/system.slice/containerd.service/kubepods-burstable-pod{UID_}.slice:"
+            f"cri-containerd:{CID}"
+        ),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
+        "v1 systemd containerd below kuberuntime.slice's containerd.service",
+        v1(f"/kuberuntime.slice/containerd.service/kubepods-pod{UID_}.slice:cri-containerd:{CID}"),
+        UID,
+        "guaranteed",
+        CID,
+    ),
+    (
+        "v1 systemd containerd at the top of a v1 hierarchy",
+        (
+            f"11:cpu,cpuacct:/kubepods-besteffort-pod{UID_}.slice:cri-containerd:{CID}\n"
+            f"10:memory:/kubepods-besteffort-pod{UID_}.slice:cri-containerd:{CID}\n"
+            "1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/"
+            f"kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope\n"
+            "0::/\n"
+        ).encode(),
+        UID,
+        "besteffort",
+        CID,
+    ),
+    (
+        "v1 CRI-O below crio.service",
+        v1(f"/system.slice/crio.service/kubepods-burstable-pod{UID_}.slice:crio:{CID}"),
+        UID,
+        "burstable",
+        CID,
+    ),
+    (
         "static pod UID, systemd",
         v2(
             f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/"
@@ -284,6 +324,35 @@ NOT_PODS = [
         "a pod below a non-QoS directory of kubepods",
         v2(f"/kubepods/mine/pod{UID}/{CID}"),
         f"/kubepods/mine/pod{UID}/{CID}",
+    ),
+    (
+        "runc's form below a rootless containerd in a user's delegation",
+        v1(
+            "/user.slice/user-1000.slice/user@1000.service/containerd.service/"
+            f"kubepods-pod{UID_}.slice:cri-containerd:{CID}"
+        ),
+        "/user.slice/user-1000.slice/user@1000.service/containerd.service/"
+        f"kubepods-pod{UID_}.slice:cri-containerd:{CID}",
+    ),
+    (
+        "runc's form below a delegated service that is no runtime",
+        v1(f"/system.slice/ci-runner.service/kubepods-pod{UID_}.slice:cri-containerd:{CID}"),
+        f"/system.slice/ci-runner.service/kubepods-pod{UID_}.slice:cri-containerd:{CID}",
+    ),
+    (
+        "runc's form naming another runtime than the service's",
+        v1(f"/system.slice/docker.service/kubepods-pod{UID_}.slice:cri-containerd:{CID}"),
+        f"/system.slice/docker.service/kubepods-pod{UID_}.slice:cri-containerd:{CID}",
+    ),
+    (
+        "runc's form below a directory of containerd.service's own",
+        v1(f"/system.slice/containerd.service/mine/kubepods-pod{UID_}.slice:cri-containerd:{CID}"),
+        f"/system.slice/containerd.service/mine/kubepods-pod{UID_}.slice:cri-containerd:{CID}",
+    ),
+    (
+        "a pod slice without runc's form below containerd.service",
+        v1(f"/system.slice/containerd.service/kubepods-pod{UID_}.slice"),
+        f"/system.slice/containerd.service/kubepods-pod{UID_}.slice",
     ),
     (
         "v1: a pod slice in a user's name=systemd path",
