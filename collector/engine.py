@@ -7,7 +7,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
@@ -19,6 +19,7 @@ from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
 from collector.exits import ExitListener
 from collector.groups import UNPLACED, Group, Grouper
+from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
     CGROUP_REFUSAL_REASONS,
     REFUSAL_REASONS,
@@ -29,6 +30,7 @@ from collector.model import (
     Malformed,
     ProcError,
 )
+from collector.parse import parse_stat
 from collector.processes import ProcessTable
 from collector.reading import Reader
 from collector.tracker import Closed, ExitDelta, ProcessDelta, Tracker
@@ -164,13 +166,12 @@ class Engine:
         # and no group's run delay is split by cause
         self.node_cpu = node_cpu
         self._node_before: NodeCPU | None = None  # at the last completed pass's listing
-        # the kernel's exit records (`--collector.exits`), and the groups of the last pass's
-        # processes by PID (a task born and gone is its parent's)
+        # the kernel's exit records (`--collector.exits`), and the tasks born and gone whose
+        # ancestor was not known at the last pass (`_close_exits`)
         self.exits = exits
         tracker.keeps_replaced = exits is not None  # a live process's gone threads' readings
         self.slept: Callable[[], int] = slept_ns  # the machine's time suspended (exit records)
-        self._group_of_pid: Mapping[int, Group | None] = {}
-        self._astray_pids: set[int] = set()  # of those, the ones no file placed
+        self._deferred: list[ExitDelta] = []  # born and gone, their ancestor not known yet
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -265,51 +266,81 @@ class Engine:
     def _close_exits(self, grouped: Grouped) -> tuple[Closed, Fields]:
         """The exit records received since the last pass (`Tracker.close`), each delta into
         its group's interval as it is made: the group of the process the cache held, or,
-        for a task born and gone, its parent's (by this pass's processes, the last pass's,
-        or the parent's own cgroup file read now). What no file places adds to the node's
+        for a task born and gone, its nearest ancestor's whose group is known
+        (collector/lineage.py): the ancestors' own records among these, `/proc` as it is
+        now, the readings the cache holds. A task whose ancestor is not known yet waits one
+        pass (its parent's record may come then). What no file places adds to the node's
         own unplaced sums, returned."""
         assert self.exits is not None
         unplaced = Fields()
         unplaced_count = 0
-        # the parents' groups by PID, this pass's first; None there is a process left out
-        # by --pods-only, but for those no file placed
-        maps = (
-            (grouped.group_of_pid, grouped.unplaced_pids | grouped.malformed_pids),
-            (self._group_of_pid, self._astray_pids),
-        )
+        records = self.exits.drain()
+        deferred, self._deferred = self._deferred, []
+        # the ends of the processes these records name as parents, theirs included
+        wanted = records.parents()
+        wanted.update(delta.record.ppid for delta in deferred)
+        ends: dict[int, list[Life]] = {}
+        for end in records.ends(wanted):
+            ends.setdefault(end.tgid, []).append(of_record(end))
+        read_now: dict[int, list[Life]] = {}
 
-        def parent_group(ppid: int) -> Group | _LeftOut | None:
-            for groups, astray in maps:
-                if ppid in groups:
-                    group = groups[ppid]
-                    if group is not None:
-                        return group
-                    return None if ppid in astray else _LEFT_OUT
-            return self._group_of_text(self._cgroup_of(ppid))
+        def sources(pid: int) -> Iterator[list[Life]]:
+            # its records and the readings held, together: a process a pass read whose
+            # record is here too is known with its cgroup (`parent_in`); then `/proc` now
+            hz = self.tracker.hz
+            held = [
+                of_reading(r.start_ticks, r.cgroup, hz, gone) for r, gone in self.tracker.held(pid)
+            ]
+            yield [*ends.get(pid, ()), *held]
+            now = read_now.get(pid)
+            if now is None:
+                now = read_now[pid] = self._life_now(pid)
+            yield now
 
-        def place(delta: ExitDelta) -> None:
+        def add(group: Group | _LeftOut | None, fields: Fields) -> None:
             nonlocal unplaced_count
-            if delta.process is not None:
-                group = self._group_of_text(delta.process.cgroup)
-            else:
-                group = parent_group(delta.ppid)
             if group is _LEFT_OUT:  # --pods-only: not a pod's
                 return
             if group is None:
-                unplaced.add(delta.fields)
+                unplaced.add(fields)
                 unplaced_count += 1
                 return
             interval = grouped.intervals.get(group)
             if interval is None:
                 interval = grouped.intervals[group] = Fields()
-            interval.add(delta.fields)
+            interval.add(fields)
 
-        closed = self.tracker.close(self.exits.drain(), sink=place, slept_ns=self.slept())
+        def place(delta: ExitDelta, last_chance: bool = False) -> None:
+            if delta.process is not None:
+                add(self._group_of_text(delta.process.cgroup), delta.fields)
+                return
+            cgroup = ancestor_cgroup(of_record(delta.record), sources)
+            if cgroup is PENDING:
+                if not last_chance and len(self._deferred) < MAX_DEFERRED:
+                    self._deferred.append(delta)
+                    return
+                cgroup = None
+            add(self._group_of_text(cgroup), delta.fields)
+
+        closed = self.tracker.close(records, sink=place, slept_ns=self.slept())
+        for delta in deferred:
+            place(delta, last_chance=True)
         if unplaced_count:
             closed.outcomes["unplaced"] += unplaced_count
-        self._group_of_pid = grouped.group_of_pid
-        self._astray_pids = maps[0][1]
         return closed, unplaced
+
+    def _life_now(self, pid: int) -> list[Life]:
+        """The life of the process that holds `pid` now, from `/proc` (none where it is
+        gone or unreadable): its cgroup file read first, then its start, so that a PID
+        taken again between the two reads gives the newer start, and fits no child the
+        older had."""
+        procfs = self.reader.procfs
+        try:
+            cgroup = procfs.process_file(pid, "cgroup")
+            start_ticks = parse_stat(procfs.process_file(pid, "stat")).start_ticks
+        except (ProcError, Malformed):
+            return []
+        return [of_reading(start_ticks, cgroup, self.tracker.hz)]
 
     def _group_of_text(self, cgroup: bytes | None) -> Group | _LeftOut | None:
         """The group a cgroup file names; `_LEFT_OUT` where `--pods-only` drops it; None
@@ -324,14 +355,6 @@ class Engine:
             return _LEFT_OUT
         return None if group is UNPLACED else group
 
-    def _cgroup_of(self, pid: int) -> bytes | None:
-        if pid <= 0:
-            return None
-        try:
-            return self.reader.procfs.process_file(pid, "cgroup")
-        except ProcError:
-            return None
-
     def _cpusets(self, deltas: list[ProcessDelta], grouped: Grouped) -> dict[Group, CpuSet]:
         """Each group's CPUs, where the cgroup fields are read."""
         if self.cpusets is None:
@@ -339,6 +362,11 @@ class Engine:
         masks = self.cpusets.of_groups(deltas, grouped.group_of_pid, self.grouper)
         node = self.cpusets.node()
         return {group: cpu_set(mask, node) for group, mask in masks.items()}
+
+
+MAX_DEFERRED = 100_000
+"""Tasks born and gone whose ancestor was not known at a pass, held for the next at most;
+past it, unplaced at once."""
 
 
 class _LeftOut(Enum):

@@ -29,9 +29,9 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, overload
+from typing import NamedTuple, TypeVar, overload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -127,6 +127,18 @@ class ExitRecord:
         return self.received_ns - self.group_lived_ns
 
 
+class ProcessEnd(NamedTuple):
+    """A process's end as its last task's record tells it (`ExitRecords.ends`): its parent
+    then, its start and the record's arrival (CLOCK_BOOTTIME), and how long the record may
+    have waited in the socket (each as `ExitRecord`'s)."""
+
+    tgid: int
+    ppid: int
+    start_ns: int
+    received_ns: int
+    waited_ns: int
+
+
 def pack_stats(data: bytes, received_ns: int, waited_ns: int = 0) -> bytes | None:
     """A `struct taskstats` as the listener holds it (`PACKED_BYTES`), or None where it is
     too short to be one."""
@@ -171,6 +183,19 @@ class ExitRecords(Sequence[ExitRecord]):
 
     def __iter__(self) -> Iterator[ExitRecord]:
         return map(_record, _PACKED.iter_unpack(self.packed))
+
+    def parents(self) -> set[int]:
+        """The PIDs the records name as their tasks' parents (`ac_ppid`)."""
+        return {fields[2] for fields in _PACKED.iter_unpack(self.packed)}
+
+    def ends(self, of: Collection[int]) -> Iterator[ProcessEnd]:
+        """The end of each process among `of` (by TGID) whose last task's record is here."""
+        for pid, tgid, ppid, last, _, received, _, group_lived, *_, waited in _PACKED.iter_unpack(
+            self.packed
+        ):
+            process = tgid or pid
+            if last and process in of:
+                yield ProcessEnd(process, ppid, received - group_lived, received, waited)
 
     def __getitem__(self, index):  # a Sequence's; passes only iterate
         if isinstance(index, slice):
@@ -304,9 +329,13 @@ def from_kernel(sender: object) -> bool:
     return isinstance(sender, tuple) and len(sender) == 2 and sender[0] == 0
 
 
-_WAKE_SECONDS = 0.5
-"""How long the listener's thread waits on a quiet socket before it looks whether it was
-closed."""
+_WAKE_SECONDS = 0.02
+"""How long the listener's thread waits on a quiet socket before it looks again (whether it
+was closed, and that it is still empty): the bound on how long a record may have waited
+there (`ExitRecord.waited_ns`) is this long at most while the socket is quiet. (Netlink
+gives no receive timestamp.) A task born this long after a pass ended counts whole even
+where its record is the first after a quiet spell; 50 wake-ups a second cost next to no
+CPU."""
 
 
 def _boottime_ns() -> int:

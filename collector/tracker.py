@@ -8,7 +8,7 @@ so the cache is bounded by the process table.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import is_
 from typing import NamedTuple
@@ -276,6 +276,18 @@ class Tracker:
     @property
     def tracked_threads(self) -> int:
         return sum(len(reading.threads) for reading in self._cache.values())
+
+    def held(self, pid: int) -> Iterator[tuple[ProcessReading, int | None]]:
+        """The readings of PID `pid` held: the cache's (None: alive when its pass read it),
+        then those the last passes left, newest first, each with the end of the pass that
+        left it (gone by then, unless it was only a task of it that was)."""
+        reading = self._cache.get(pid)
+        if reading is not None:
+            yield reading, None
+        for left in reversed(self._left):
+            old = left.readings.get(pid)
+            if old is not None:
+                yield old, left.read_until_ns
 
     def _born_since_previous_pass(self, start_ticks: int, at_ns: int) -> bool:
         """The birth rule: started after the previous pass began listing, so it is all new."""

@@ -18,6 +18,7 @@ from typing import ClassVar
 import pytest
 
 from collector.cli import cli, run_once
+from collector.exits import ExitRecords
 from collector.passloop import PassLoop
 from tests.fixturetree import FixtureRun
 
@@ -69,8 +70,8 @@ class QuietListener:
     overflows = dropped = 0
     refused: ClassVar[dict[str, int]] = {}
 
-    def drain(self) -> list:
-        return []
+    def drain(self) -> ExitRecords:
+        return ExitRecords()
 
 
 def rendered_families() -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Exit records in a pass (`Engine._close_exits`, collector/engine.py): each closed delta into
-the group of the process the cache held, or, for a task born and gone, its parent's; what
-no file places on the node's unplaced counters; `--pods-only` as for the processes read."""
+the group of the process the cache held, or, for a task born and gone, its nearest ancestor's
+whose group is known (collector/lineage.py), found by PID and life; what no file places on
+the node's unplaced counters; `--pods-only` as for the processes read."""
 
 from __future__ import annotations
 
@@ -44,17 +45,23 @@ def engine_after_a_pass(pods_only: bool = False, unplace: bytes | None = None):
     return engine
 
 
-def born_record(ppid: int, on_cpu: int, pid: int = 60000) -> bytes:
+def born_record(ppid: int, on_cpu: int, pid: int = 60000, *, lived_us: int = 1000,
+                received: int = 1010 * SEC + SEC // 2) -> bytes:  # fmt: skip
     """A task born and gone between the fixture's two passes, packed as the listener holds it."""
-    return pack_stats(taskstats(pid, pid, ppid=ppid, lived_us=1000, on_cpu=on_cpu),
-                      1010 * SEC + SEC // 2)  # fmt: skip
+    return pack_stats(taskstats(pid, pid, ppid=ppid, lived_us=lived_us, on_cpu=on_cpu), received)
+
+
+def group_of(engine, pid: int):
+    """The group of the process the engine's cache holds (or last held) as PID `pid`."""
+    reading, _ = next(engine.tracker.held(pid))
+    return engine.grouper.group_of(reading.cgroup)
 
 
 def test_a_task_born_and_gone_counts_in_its_parents_group():
     engine = engine_after_a_pass()
     engine.exits.queue.append(born_record(200, 7_000_001))  # 200: a pod's process
     result = engine.run_pass()
-    pod = engine._group_of_pid[200]
+    pod = group_of(engine, 200)
     assert result.intervals[pod].on_cpu_nanos >= 7_000_001
     assert result.exits == {"born": 1}
 
@@ -88,7 +95,7 @@ def test_a_held_process_closes_in_its_own_group_not_its_parents():
     engine = engine_after_a_pass()
     engine.exits.queue.append(held_100_record(ppid=200))
     result = engine.run_pass()
-    odd, pod = engine._group_of_pid[100], engine._group_of_pid[200]
+    odd, pod = group_of(engine, 100), group_of(engine, 200)
     assert result.exits == {"closed": 1}
     assert result.intervals[odd].on_cpu_nanos % 1000 == 777
     assert result.intervals[pod].on_cpu_nanos % 1000 != 777
@@ -102,18 +109,87 @@ def test_pods_only_drops_a_held_non_pod_processs_record_without_calling_it_unpla
 
 
 def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_group():
-    """600 was read by the first pass (the cart pod) and is gone from the second's /proc."""
+    """600 was read by the first pass (the cart pod) and is gone from the second's /proc;
+    its child exited at 1005 s, before the second pass found 600 gone."""
     engine = engine_after_a_pass()
-    engine.exits.queue.append(born_record(600, 7_000_001))
+    engine.exits.queue.append(born_record(600, 7_000_001, received=1005 * SEC))
     result = engine.run_pass()
     assert result.exits == {"born": 1} and result.exits_unplaced.on_cpu_nanos == 0
-    cart = engine._group_of_pid[200]
+    cart = group_of(engine, 200)
     assert result.intervals[cart].on_cpu_nanos % 10 == 1
 
 
-def test_a_child_of_an_unknown_parent_is_unplaced():
+def test_a_child_of_an_unknown_parent_waits_one_pass_then_is_unplaced():
+    """No holder of its parent's PID is known: its parent's own record may come with the
+    next pass's records; where it does not, the task is counted unplaced then."""
     engine = engine_after_a_pass()
     engine.exits.queue.append(born_record(99999, 7_000_000))
     result = engine.run_pass()
-    assert result.exits == {"born": 1, "unplaced": 1}
+    assert result.exits == {"born": 1}
+    assert result.exits_unplaced.on_cpu_nanos == 0
+    assert sum(f.on_cpu_nanos for f in result.intervals.values()) % 1000 == 0  # not yet
+    result = engine.run_pass()
+    assert result.exits == {"unplaced": 1}
     assert result.exits_unplaced.on_cpu_nanos == 7_000_000
+
+
+LIVED_SINCE_1003_US = (1010 * SEC + SEC // 2 - 1003 * SEC) // 1000
+
+
+def test_a_child_of_a_short_lived_parent_counts_in_the_parents_parents_group():
+    """A child (born at 1003 s) of 60001, a process born after it at 1002 s and gone after
+    it (its record comes after the child's, as a parent reaps its child first), whose own
+    parent is 200, a pod's process: both count in 200's pod."""
+    engine = engine_after_a_pass()
+    engine.exits.queue += [
+        born_record(60001, 7_000_001, 60000, lived_us=LIVED_SINCE_1003_US,
+                    received=1010 * SEC + SEC // 2),
+        born_record(200, 5_000_002, 60001, lived_us=LIVED_SINCE_1003_US + 10**6,
+                    received=1010 * SEC + SEC // 2 + 1000),
+    ]  # fmt: skip
+    result = engine.run_pass()
+    assert result.exits == {"born": 2} and result.exits_unplaced.on_cpu_nanos == 0
+    assert result.intervals[group_of(engine, 200)].on_cpu_nanos % 1000 == 3
+
+
+def test_a_parents_record_in_the_next_pass_places_the_child_then():
+    """The child's record comes in one pass's records and its short-lived parent's in the
+    next: the child waits one pass, then counts in the parent's parent's group with it."""
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(60001, 7_000_001, 60000, lived_us=LIVED_SINCE_1003_US))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1}
+    engine.reader.clock.now = 1020 * SEC
+    lived = (1019 * SEC - 1002 * SEC) // 1000
+    engine.exits.queue.append(born_record(200, 5_000_002, 60001, lived_us=lived,
+                                          received=1019 * SEC))  # fmt: skip
+    result = engine.run_pass()
+    assert result.exits == {"born": 1} and result.exits_unplaced.on_cpu_nanos == 0
+    assert result.intervals[group_of(engine, 200)].on_cpu_nanos % 1000 == 3
+
+
+def test_a_pid_taken_again_after_the_child_began_is_not_its_parent():
+    """PID 500 was odd.service's process from 6 s, and is another since 1005 s (the
+    fixture's second pass). A child born at 1003 s naming 500 as its parent at its exit
+    (1010.5 s): neither holder fits (the first was gone by the second pass, before the
+    child's exit; the second began after the child), so the child is never the second's;
+    a child born at 1006 s is."""
+    engine = engine_after_a_pass()
+    engine.exits.queue += [
+        born_record(500, 7_000_001, 60000, lived_us=LIVED_SINCE_1003_US),
+        born_record(500, 5_000_010, 60002, lived_us=LIVED_SINCE_1003_US - 3 * 10**6),
+    ]
+    result = engine.run_pass()
+    odd = group_of(engine, 500)
+    assert result.intervals[odd].on_cpu_nanos % 1000 == 10
+    result = engine.run_pass()
+    assert result.exits == {"unplaced": 1} and result.exits_unplaced.on_cpu_nanos == 7_000_001
+
+
+def test_init_is_no_ancestor():
+    """A child that names PID 1 (an orphan, reaped by the host's init) is unplaced, not
+    counted in init's group."""
+    engine = engine_after_a_pass()
+    engine.exits.queue.append(born_record(1, 7_000_000))
+    result = engine.run_pass()
+    assert result.exits == {"born": 1, "unplaced": 1}

@@ -70,6 +70,10 @@ PINNED = {
     "collector.tracker.ExitDelta": ("record", "fields", "process", "ppid"),
     "collector.tracker._Kept": ("readings", "instant"),
     "collector.tracker._LeftBehind": ("read_until_ns", "readings", "since", "slept_ns"),
+    "collector.exits.ProcessEnd": ("tgid", "ppid", "start_ns", "received_ns", "waited_ns"),
+    "collector.lineage.Life": (
+        "began_from_ns", "began_by_ns", "gone_from_ns", "gone_by_ns", "cgroup", "ppid",
+    ),
 }  # fmt: skip
 # Fields is built positionally once per contributing process (collector/tracker.py).
 FIELDS_ORDER = (
