@@ -17,7 +17,7 @@ from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS
 from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
-from collector.exits import ExitListener
+from collector.exits import ExitListener, Fold
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
@@ -70,6 +70,9 @@ class PassResult:
     # tasks whose group no file told added (None: not listening)
     exits: Mapping[str, int] | None = None
     exits_unplaced: Fields | None = None
+    # the records dropped past the listener's bound since the last pass, by group (their
+    # tasks' parent's as `/proc` or the cache shows it now); None where not listening
+    exits_lost: Mapping[Group, int] | None = None
 
     def ranked(self) -> list[tuple[Group, Fields, CgroupFields | None]]:
         """Groups with an interval of either kind, the biggest CPU consumers first (by
@@ -185,7 +188,12 @@ class Engine:
             self.grouper.refresh()
             cgroup_pass = self.cgroups.begin()
             node_now = self.node_cpu() if self.node_cpu is not None else None
+            if self.exits is not None:  # what exits from now on this pass may read
+                self.exits.pass_began()
             readings = self.reader.read_pass(cgroup_pass.quiet() if self.carry_quiet else None)
+            if self.exits is not None and readings.read_until_ns is not None:
+                # every process read: a task begun since is read by no pass before the next
+                self.exits.pass_read(readings.read_until_ns)
             previous_listing_ns = self.tracker.previous_listing_ns
             interval_ns = (
                 None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns
@@ -205,7 +213,9 @@ class Engine:
                 self.grouper,
                 advance.carried,
             )
-            closed, unplaced = self._close_exits(grouped) if self.exits else (None, None)
+            closed, unplaced = (None, None)
+            if self.exits is not None:
+                closed, unplaced = self._close_exits(grouped)
             cgroups = cgroup_pass.finish(grouped)
             cpusets = self._cpusets(advance.deltas, grouped)
             cgroup_intervals = with_waits(
@@ -261,6 +271,7 @@ class Engine:
             cpusets=MappingProxyType(cpusets),
             exits=None if closed is None else MappingProxyType(dict(closed.outcomes)),
             exits_unplaced=unplaced,
+            exits_lost=None if self.exits is None else MappingProxyType(self._lost_by_group()),
         )
 
     def _close_exits(self, grouped: Grouped) -> tuple[Closed, Fields]:
@@ -274,11 +285,12 @@ class Engine:
         assert self.exits is not None
         unplaced = Fields()
         unplaced_count = 0
-        records = self.exits.drain()
+        records, folds = self.exits.take()
         deferred, self._deferred = self._deferred, []
         # the ends of the processes these records name as parents, theirs included
         wanted = records.parents()
         wanted.update(delta.record.ppid for delta in deferred)
+        wanted.update(fold.ppid for fold in folds)
         ends: dict[int, list[Life]] = {}
         for end in records.ends(wanted):
             ends.setdefault(end.tgid, []).append(of_record(end))
@@ -322,12 +334,59 @@ class Engine:
                 cgroup = None
             add(self._group_of_text(cgroup), delta.fields)
 
+        own: list[tuple[Fold, Life, bytes | None]] = []
+        for fold in folds:  # before the records: a process's last one takes its own
+            life = Life(fold.start_ns - fold.waited_ns, fold.start_ns, None, None, None, fold.ppid)
+            cgroup, read = self._own_cgroup(fold.tgid, life)
+            if fold.born and not read:  # its process's fields, for its last task's record
+                self.tracker.pend(
+                    fold.tgid, fold.start_ns, fold.utime_us, fold.stime_us, fold.major_faults
+                )
+            own.append((fold, life, cgroup))
         closed = self.tracker.close(records, sink=place, slept_ns=self.slept())
         for delta in deferred:
             place(delta, last_chance=True)
+        for fold, life, cgroup in own:
+            if cgroup is None:
+                found = ancestor_cgroup(life, sources)
+                cgroup = None if found is PENDING else found
+            add(self._group_of_text(cgroup), fold_fields(fold))
+            closed.outcomes["born"] += fold.tasks
         if unplaced_count:
             closed.outcomes["unplaced"] += unplaced_count
         return closed, unplaced
+
+    def _lost_by_group(self) -> dict[Group, int]:
+        """The records the listener dropped since the last pass, by the group of the parent
+        their tasks had, as the cache holds it or `/proc` shows it now (a PID taken again
+        since names the newer holder's); those of no group a file tells under UNPLACED."""
+        assert self.exits is not None
+        lost: dict[Group, int] = {}
+        for ppid, count in self.exits.take_lost().items():
+            held = next(self.tracker.held(ppid), None) if ppid > 1 else None  # init: none
+            if held is not None:
+                cgroup: bytes | None = held[0].cgroup
+            else:
+                now = self._life_now(ppid) if ppid > 1 else []
+                cgroup = now[0].cgroup if now else None
+            group = self._group_of_text(cgroup)
+            if group is _LEFT_OUT:
+                continue
+            key = UNPLACED if group is None else group
+            lost[key] = lost.get(key, 0) + count
+        return lost
+
+    def _own_cgroup(self, tgid: int, life: Life) -> tuple[bytes | None, bool]:
+        """The cgroup file of the process `life` is (by its start), where a pass holds it
+        (and True: a pass read it) or `/proc` shows it now; None where neither does."""
+        hz = self.tracker.hz
+        for reading, _ in self.tracker.held(tgid):
+            if _meets(of_reading(reading.start_ticks, reading.cgroup, hz), life):
+                return reading.cgroup, True
+        for now in self._life_now(tgid):
+            if _meets(now, life):
+                return now.cgroup, False
+        return None, False
 
     def _life_now(self, pid: int) -> list[Life]:
         """The life of the process that holds `pid` now, from `/proc` (none where it is
@@ -362,6 +421,23 @@ class Engine:
         masks = self.cpusets.of_groups(deltas, grouped.group_of_pid, self.grouper)
         node = self.cpusets.node()
         return {group: cpu_set(mask, node) for group, mask in masks.items()}
+
+
+def _meets(one: Life, other: Life) -> bool:
+    """Whether two lives may have begun at the same instant: one process's, by two sources."""
+    return one.began_from_ns <= other.began_by_ns and other.began_from_ns <= one.began_by_ns
+
+
+def fold_fields(fold: Fold) -> Fields:
+    """The thread fields of the tasks a fold holds (their process's, `Tracker.pend`)."""
+    return Fields(
+        on_cpu_nanos=fold.on_cpu_ns,
+        run_delay_nanos=fold.run_delay_ns,
+        voluntary_switches=fold.voluntary_switches,
+        nonvoluntary_switches=fold.nonvoluntary_switches,
+        read_bytes=fold.read_bytes,
+        write_bytes=fold.write_bytes,
+    )
 
 
 MAX_DEFERRED = 100_000

@@ -75,11 +75,59 @@ _TIMES = struct.Struct("=QQQ8xQ")  # ac_etime, ac_utime, ac_stime, ac_majflt @14
 _IO = struct.Struct("=QQ8xQQ")  # read_bytes, write_bytes, nvcsw, nivcsw @248
 _TGID = struct.Struct("=I4xQ")  # ac_tgid, ac_tgetime @368 (version 12 and later)
 _MIN_BYTES = 288  # through nivcsw
+# Every field read, in one unpack, for records of version 12 and later (`_take`'s way)
+_STATS = struct.Struct("=H6xB15xQ40xQ48xII8xQQQ8xQ64xQQ8xQQ80xI4xQ")
+# One exit message as the kernel sends it, up to its STATS: the netlink header, the generic
+# netlink header, AGGR_PID, its PID attribute and value, the STATS attribute's header
+_MESSAGE = struct.Struct("=IHHIIBBHHHHHIHH")
+_STATS_AT = _MESSAGE.size
 # A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
 _PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
 _TGID_VERSION = 12
 _TGID_BYTES = 384
+
+
+class Fold:
+    """The tasks of one process that no pass read nor will read, folded as their records
+    come (`ExitListener`): threads, not its last task, begun after the last pass had read
+    every process and gone before the next began listing. Their thread fields sum here,
+    whole (the birth rule); their user and system time and major faults too, for where the
+    process itself was born since and no pass reads it (`Tracker.pend`). Memory grows with
+    the processes whose threads exit, not with the exits."""
+
+    __slots__ = (
+        "born",
+        "major_faults",
+        "nonvoluntary_switches",
+        "on_cpu_ns",
+        "ppid",
+        "read_bytes",
+        "run_delay_ns",
+        "start_ns",
+        "stime_us",
+        "tasks",
+        "tgid",
+        "utime_us",
+        "voluntary_switches",
+        "waited_ns",
+        "write_bytes",
+    )  # fmt: skip
+
+    def __init__(self, tgid: int, ppid: int, start_ns: int, waited_ns: int, born: bool):
+        self.tgid, self.ppid = tgid, ppid
+        self.start_ns = start_ns  # its process's start, as its first record derives it
+        self.waited_ns = waited_ns  # the longest any of its records may have waited
+        self.born = born  # its process began after the last pass had read every process
+        self.tasks = self.on_cpu_ns = self.run_delay_ns = 0
+        self.voluntary_switches = self.nonvoluntary_switches = 0
+        self.read_bytes = self.write_bytes = 0
+        self.utime_us = self.stime_us = self.major_faults = 0
+
+    def same_process(self, start_ns: int, waited_ns: int) -> bool:
+        """Whether a record whose process's start it derives as `start_ns` is of this
+        process: the two starts as far apart as the records may have waited, and 1 ms."""
+        return abs(start_ns - self.start_ns) <= max(waited_ns, self.waited_ns) + 1_000_000
 
 
 class ExitsUnavailable(Exception):
@@ -323,19 +371,32 @@ def _cpus() -> str:
         return f"0-{(os.cpu_count() or 1) - 1}"
 
 
+def _as_read(stats: bytes, received_ns: int) -> bytes:
+    """A record's `struct taskstats` as it came (`parse_messages`'s `make`)."""
+    return stats
+
+
 def from_kernel(sender: object) -> bool:
     """Whether a datagram's sender (`recvfrom`'s address: port id and groups) is the
     kernel, whose port id is 0: a process's socket is never bound to port 0."""
     return isinstance(sender, tuple) and len(sender) == 2 and sender[0] == 0
 
 
-_WAKE_SECONDS = 0.02
+_WAKE_SECONDS = 0.05
 """How long the listener's thread waits on a quiet socket before it looks again (whether it
 was closed, and that it is still empty): the bound on how long a record may have waited
 there (`ExitRecord.waited_ns`) is this long at most while the socket is quiet. (Netlink
 gives no receive timestamp.) A task born this long after a pass ended counts whole even
-where its record is the first after a quiet spell; 50 wake-ups a second cost next to no
-CPU."""
+where its record is the first after a quiet spell. A wake-up costs the thread ~80 µs on a
+VM (docs/performance.md, "Exit records"): 20 a second, 1.6 ms a second."""
+
+
+_GATHER_SECONDS = 0.05
+"""How long the listener lets records gather once some came (`_listen`): a wake-up of its
+thread costs more than taking many records (~80 µs on a VM against ~3.5 µs a record), so
+records are taken in batches; a record may wait this much longer in the socket (its
+`waited_ns` says so), and the socket's buffer holds 50 ms of a storm (2,000 records at
+40,000 exits a second: 4.6 MB of the 32 MB the default asks)."""
 
 
 def _boottime_ns() -> int:
@@ -369,9 +430,27 @@ class ExitListener:
         self.received = 0
         self.refused: Counter[str] = Counter()  # by reason: EXIT_REFUSAL_REASONS
         self.family = family  # the TASKSTATS family's number (`_register` finds it)
-        self._queue = bytearray()  # packed records (`pack_stats`), in the order they came
+        # packed records (`pack_stats`) by the parent their tasks had (`ac_ppid`), each in
+        # the order they came, and how many in all; the parent with the most, as last found
+        self._queues: dict[int, bytearray] = {}
+        self._queued_count = 0
+        self._largest = 0
+        self.lost: Counter[int] = Counter()  # records dropped past MAX_QUEUED, by parent
+        # tasks folded as they came (`Fold`), by process; those of a process whose PID was
+        # taken again since; and the window a record must fall in to be folded: begun after
+        # `_born_after` (the last pass had read every process then) and taken before
+        # `_listing_from` (the pass under way began listing), None: no pass yet, no pass
+        # under way
+        self._folds: dict[int, Fold] = {}
+        self._folds_done: list[Fold] = []
+        self._born_after: int | None = None
+        self._listing_from: int | None = None
+        self.folded = 0  # records folded as they came, in all
+        # held by whoever reads the socket (`_drain`) or takes what was read: one at a time
         self._lock = threading.Lock()
         self._registered_at = clock()
+        self._empty_at = self._registered_at  # the socket was found empty (made so, here)
+        self._buffer = bytearray(1 << 20)
         self._socket = self._register() if sock is None else sock  # given: registered
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
@@ -387,15 +466,17 @@ class ExitListener:
         self.listen()
         deadline = time.monotonic() + proof_seconds
         while time.monotonic() < deadline:
-            with self._lock:
-                came = ExitRecords(self._queue)
+            with self._lock:  # among our own children's records
+                ours = self._queues.get(os.getpid(), bytearray())
+                came = ExitRecords(ours)
                 proof = next((record for record in came if record.pid == child), None)
                 if proof is not None:
-                    self._queue = bytearray().join(
-                        self._queue[i * PACKED_BYTES : (i + 1) * PACKED_BYTES]
+                    self._queues[os.getpid()] = bytearray().join(
+                        ours[i * PACKED_BYTES : (i + 1) * PACKED_BYTES]
                         for i, record in enumerate(came)
                         if record.pid != child
                     )
+                    self._queued_count -= 1
             if proof is not None:
                 if proof.tgid == 0:  # before version 12: no process named, no last task
                     self.close()
@@ -442,7 +523,8 @@ class ExitListener:
                     NLM_F_ACK,
                 )
             )
-            self._queue += b"".join(self._acknowledged(sock, "registering for exit records"))
+            for packed in self._acknowledged(sock, "registering for exit records"):
+                self._queued(packed, _PACKED.unpack(packed)[2])
             if not with_force:
                 log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
             sock.settimeout(0.0)  # the listener's reads do not block (`_listen`)
@@ -505,59 +587,203 @@ class ExitListener:
         return came
 
     def _listen(self) -> None:
-        """Take records off the socket as they come. Each is stamped with the clock when it
-        was read, and with how long it may have waited: since the last read that found the
-        socket empty (the clock taken before that read), so never less than it did."""
-        sock, clock = self._socket, self.clock
-        sock.settimeout(0.0)
-        buffer = bytearray(1 << 20)
-        empty_at = self._registered_at  # the socket was made empty
-        while True:
-            tried_at = clock()
-            try:
-                size, sender = sock.recvfrom_into(buffer)
-            except (BlockingIOError, TimeoutError):  # empty since `tried_at` at least
-                empty_at = tried_at
-                if self._closed.is_set():
-                    return
+        """Take records off the socket as they come (`_drain`): while they come, a batch
+        every `_GATHER_SECONDS`; on a quiet socket, as soon as one comes, looking again
+        every `_WAKE_SECONDS` (whether it was closed, and that it is still empty)."""
+        while not self._closed.is_set():
+            if self._drain():
+                time.sleep(_GATHER_SECONDS)
+            else:
                 self._wait()
-                continue
-            except OSError as error:
-                if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
-                    self.overflows += 1
+
+    def _drain(self) -> int:
+        """Take every record the socket holds now; how many came. Each is stamped with the
+        clock when it was read, and with how long it may have waited: since the last read
+        that found the socket empty (the clock taken before that read), so never less than
+        it did. One reader at a time (the listener's thread, or a pass: `pass_began`)."""
+        sock, clock = self._socket, self.clock
+        came = 0
+        with self._lock:
+            buffer = self._buffer
+            tried_at = clock()
+            while True:
+                try:
+                    size, sender = sock.recvfrom_into(buffer)
+                except (BlockingIOError, TimeoutError):  # empty since `tried_at` at least
+                    self._empty_at = tried_at
+                    return came
+                except OSError as error:
+                    if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
+                        self.overflows += 1
+                        continue
+                    if error.errno not in (errno.EBADF, errno.ENOTSOCK):
+                        log.debug("exit records: %s", error)
+                    self._closed.set()  # closed, or failing: listening ends
+                    return came
+                now = tried_at = clock()  # (before the next read: it may find it empty)
+                if not from_kernel(sender):  # another process, sending to our port
+                    self.refused["not_kernel"] += 1
                     continue
-                if error.errno in (errno.EBADF, errno.ENOTSOCK):  # closed: stop
-                    return
-                log.debug("exit records: %s", error)
-                continue
-            if not from_kernel(sender):  # another process, sending to our port
-                self.refused["not_kernel"] += 1
-                continue
-            if not size:
-                continue
-            now = clock()
-            waited = now - empty_at
+                if not size:
+                    continue
+                came += 1
+                waited = now - self._empty_at
+                if self._take_one(buffer, size, now, waited):
+                    continue
+                try:
+                    stats_of, _ = parse_messages(
+                        bytes(buffer[:size]), now, _as_read, family=self.family,
+                        refused=self.refused,
+                    )  # fmt: skip
+                    for stats in stats_of:
+                        self._take_stats(stats, 0, now, waited)
+                except Exception:  # a datagram no kernel sends: listening goes on
+                    self.refused["malformed"] += 1
+                    if self.refused["malformed"] == 1:
+                        log.warning("exit records: a message could not be read", exc_info=True)
 
-            def packed(stats: bytes, received_ns: int, waited: int = waited) -> bytes | None:
-                return pack_stats(stats, received_ns, waited)
+    def _take_one(self, buffer: bytearray, size: int, now: int, waited: int) -> bool:
+        """Take a datagram of one exit record in the kernel's own layout (its message, its
+        AGGR_PID's PID and STATS, in that order), at the cost of two unpacks; False for
+        anything else, which `parse_messages` then reads (and refuses where it must)."""
+        if size < _STATS_AT + _STATS.size:
+            return False
+        (length, kind, _, _, _, command, _, _, _, aggregate, pid_length, pid_kind, pid,
+         stats_length, stats_kind) = _MESSAGE.unpack_from(buffer, 0)  # fmt: skip
+        if not (
+            kind == self.family
+            and command == TASKSTATS_CMD_NEW
+            and aggregate & 0x3FFF == TASKSTATS_TYPE_AGGR_PID
+            and pid_length == 8
+            and pid_kind == TASKSTATS_TYPE_PID
+            and stats_kind == TASKSTATS_TYPE_STATS
+            and stats_length >= 4 + _STATS.size
+            and _STATS_AT - 4 + stats_length <= length
+            and (length + 3) & ~3 >= size
+            and length <= size
+        ):
+            return False
+        return self._take_stats(buffer, _STATS_AT, now, waited, pid)
 
-            try:
-                records, _ = parse_messages(
-                    bytes(buffer[:size]), now, packed, family=self.family, refused=self.refused
-                )
-            except Exception:  # a datagram no kernel sends: the thread lives on
+    def _take_stats(
+        self, data: bytes | bytearray, at: int, now: int, waited: int, pid: int | None = None
+    ) -> bool:
+        """One record (`struct taskstats` at `at`), taken: folded (`Fold`) where it is a
+        thread's, not its process's last task, that no pass read nor will read, else
+        queued for the next pass (at most MAX_QUEUED: past it, dropped and counted). False
+        where it names another task than `pid`, the message's own."""
+        if len(data) - at < _STATS.size or struct.unpack_from("=H", data, at)[0] < _TGID_VERSION:
+            packed = pack_stats(bytes(data[at:]), now, waited)  # an older kernel's: no fold
+            if packed is None:
                 self.refused["malformed"] += 1
-                if self.refused["malformed"] == 1:
-                    log.warning("exit records: a message could not be read", exc_info=True)
-                continue
-            if not records:
-                continue
-            with self._lock:
-                queue = self._queue
-                kept = records[: max(0, MAX_QUEUED - len(queue) // PACKED_BYTES)]
-                queue += b"".join(kept)
-                self.received += len(records)
-                self.dropped += len(records) - len(kept)
+                return True
+            return self._queued(packed, _PACKED.unpack(packed)[2])
+        fields = _STATS.unpack_from(data, at)
+        (_, flag, delay, run, task, ppid, lived_us, utime_us, stime_us, majflt, read_bytes,
+         write_bytes, voluntary, nonvoluntary, tgid, group_lived_us) = fields  # fmt: skip
+        if pid is not None and task != pid:
+            return False
+        last = bool(flag & AGROUP)
+        born_after, listing_from = self._born_after, self._listing_from
+        if (
+            not last
+            and tgid != task
+            and born_after is not None
+            and now - lived_us * 1000 - waited > born_after
+            and (listing_from is None or now < listing_from)
+        ):
+            start_ns = now - group_lived_us * 1000
+            fold = self._folds.get(tgid)
+            if fold is None or not fold.same_process(start_ns, waited):
+                if fold is not None:
+                    self._folds_done.append(fold)
+                born = start_ns - waited > born_after
+                fold = self._folds[tgid] = Fold(tgid, ppid, start_ns, waited, born)
+            elif waited > fold.waited_ns:
+                fold.waited_ns = waited
+            fold.tasks += 1
+            fold.on_cpu_ns += run
+            fold.run_delay_ns += delay
+            fold.voluntary_switches += voluntary
+            fold.nonvoluntary_switches += nonvoluntary
+            fold.read_bytes += read_bytes
+            fold.write_bytes += write_bytes
+            fold.utime_us += utime_us
+            fold.stime_us += stime_us
+            fold.major_faults += majflt
+            self.folded += 1
+            self.received += 1
+            return True
+        comm = bytes(data[at + 80 : at + 96])
+        packed = _PACKED.pack(
+            task, tgid, ppid, last, comm, now, lived_us * 1000, group_lived_us * 1000,
+            run, delay, voluntary, nonvoluntary, read_bytes, write_bytes, utime_us,
+            stime_us, majflt, waited,
+        )  # fmt: skip
+        return self._queued(packed, ppid)
+
+    def _queued(self, packed: bytes, ppid: int) -> bool:
+        """Queue one record for the next pass, by its task's parent. Past MAX_QUEUED, one
+        record of the parent with the most queued is dropped, the newest: a storm's
+        records go first, not those of the tasks beside it; each loss is counted by
+        parent (`lost`), for the pass to count by group. (Under the lock, as `_drain`
+        takes records; at registration, before the thread starts.)"""
+        self.received += 1
+        queues = self._queues
+        queue = queues.get(ppid)
+        if queue is None:
+            queue = queues[ppid] = bytearray()
+        if self._queued_count < MAX_QUEUED:
+            self._queued_count += 1
+        else:
+            largest = queues.get(self._largest)
+            if largest is None or len(largest) <= len(queue):
+                self.dropped += 1
+                self.lost[ppid] += 1
+                return True
+            del largest[-PACKED_BYTES:]  # the storm's newest goes instead
+            self.dropped += 1
+            self.lost[self._largest] += 1
+        queue += packed
+        largest = queues.get(self._largest)
+        if largest is None or len(queue) > len(largest):
+            self._largest = ppid
+        return True
+
+    def pass_began(self) -> None:
+        """A pass begins listing now: what the socket holds is taken first (those tasks
+        exited before it), and what comes from now on may be of a task it reads, and is
+        queued for it, not folded."""
+        if self._thread.is_alive():
+            self._drain()
+        self._listing_from = self.clock()
+
+    def pass_read(self, read_until_ns: int) -> None:
+        """The pass under way had read every process by `read_until_ns`: a task begun
+        after that, gone before the next pass lists, is read by no pass and may be folded."""
+        with self._lock:
+            self._born_after, self._listing_from = read_until_ns, None
+
+    def take(self) -> tuple[ExitRecords, list[Fold]]:
+        """The records queued since the last take, in the order they came, and the tasks
+        folded meanwhile, by process."""
+        with self._lock:
+            records = self._taken()
+            folds = [*self._folds_done, *self._folds.values()]
+            self._folds, self._folds_done = {}, []
+        return records, folds
+
+    def _taken(self) -> ExitRecords:
+        """The records queued, every parent's in the order they came (under the lock)."""
+        records = ExitRecords(b"".join(self._queues.values()))
+        self._queues, self._queued_count, self._largest = {}, 0, 0
+        return records
+
+    def take_lost(self) -> Counter[int]:
+        """The records dropped since the last take of them, by their tasks' parent."""
+        with self._lock:
+            lost, self.lost = self.lost, Counter()
+        return lost
 
     def _wait(self) -> None:
         """Until the socket has something to read, or `_WAKE_SECONDS`."""
@@ -567,10 +793,10 @@ class ExitListener:
             time.sleep(0.01)
 
     def drain(self) -> ExitRecords:
-        """The records received since the last drain, in the order they came."""
+        """The records queued since the last drain, in the order they came (`take` gives
+        the folded ones too)."""
         with self._lock:
-            records, self._queue = ExitRecords(self._queue), bytearray()
-        return records
+            return self._taken()
 
     def close(self) -> None:
         """Stop listening: the thread ends within `_WAKE_SECONDS`, then the socket closes

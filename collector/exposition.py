@@ -152,6 +152,7 @@ class SelfState:
     exits_dropped: int = 0
     exits_refused: Mapping[str, int] | None = None  # datagrams refused, by reason
     exits_unplaced: tuple[int, int] = (0, 0)
+    exits_lost: Mapping[Group, int] | None = None  # records dropped, by group
 
 
 def _sorted(mapping: Mapping[Group, object]) -> list[Group]:
@@ -279,6 +280,18 @@ def _exit_families(state: SelfState) -> list[Family]:
             "Datagrams on the exit records' socket refused (--collector.exits): not sent by "
             "the kernel, not of the TASKSTATS family, or not a well-formed record.",
             _by_reason(state.exits_refused, EXIT_REFUSAL_REASONS),
+        ),
+        Family(
+            "procdelta_exit_records_lost",
+            "counter",
+            "Exit records dropped past the listener's bound, by the group of their tasks' "
+            "parent (--collector.exits): a storm's go first.",
+            tuple(
+                ("_total", group.labels, count)
+                for group, count in sorted(
+                    (state.exits_lost or {}).items(), key=lambda item: item[0].labels
+                )
+            ),
         ),
         Family(
             "procdelta_exit_record_overflows",

@@ -28,7 +28,7 @@ from collector.exposition import (
     SelfState,
     Shapes,
 )
-from collector.groups import Group
+from collector.groups import UNPLACED, Group
 from collector.model import CgroupFields, CpuSet, Fields
 from collector.output import counted
 from collector.privileges import refused_reads
@@ -114,6 +114,7 @@ class PassLoop:
             Counter() if getattr(engine, "exits", None) is not None else None
         )
         self._exits_unplaced = (0, 0)
+        self._exits_lost: dict[Group, int] = {}
         self._lock = threading.Lock()
         self._renderer = PageRenderer(self.shapes)
         self._snapshot = self._render(completed_at=None)
@@ -188,6 +189,16 @@ class PassLoop:
             )
         return result
 
+    def _lost(self, result: PassResult) -> dict[Group, int]:
+        """The records lost by group, accumulated, each group's kept while the totals keep
+        it (`UNPLACED`'s always)."""
+        lost = self._exits_lost
+        for group, count in (result.exits_lost or {}).items():
+            lost[group] = lost.get(group, 0) + count
+        for group in [g for g in lost if g not in result.totals and g is not UNPLACED]:
+            del lost[group]
+        return dict(lost)
+
     def _exit_state(self, result: PassResult) -> dict:
         """The exit records' self-metrics, accumulated (none where not listening)."""
         listener = getattr(self.engine, "exits", None)
@@ -205,6 +216,7 @@ class PassLoop:
             "exit_overflows": listener.overflows,
             "exits_dropped": listener.dropped,
             "exits_refused": MappingProxyType(dict(listener.refused)),
+            "exits_lost": MappingProxyType(self._lost(result)),
             "exits_unplaced": self._exits_unplaced,
         }
 

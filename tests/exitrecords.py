@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections import deque
+from collections import Counter, deque
 
 from collector.exits import (
     AGROUP,
     TASKSTATS_TYPE_AGGR_PID,
     TASKSTATS_TYPE_PID,
     TASKSTATS_TYPE_STATS,
+    ExitRecords,
+    Fold,
     parse_stats,
 )
 
@@ -124,3 +126,31 @@ class Netlink:
     def close(self) -> None:
         self._ours.close()
         self._theirs.close()
+
+
+class QueuedListener:
+    """A listener (collector/exits.py, `ExitListener`) whose records and folds are the
+    ones a test queues (`queue`: packed records; `folds`), and whose losses it sets."""
+
+    overflows = dropped = 0
+
+    def __init__(self):
+        self.queue: list[bytes] = []
+        self.folds: list[Fold] = []
+        self.lost: Counter[int] = Counter()
+        self.refused: Counter[str] = Counter()
+
+    def take(self) -> tuple[ExitRecords, list[Fold]]:
+        queue, self.queue = self.queue, []
+        folds, self.folds = self.folds, []
+        return ExitRecords(b"".join(queue)), folds
+
+    def take_lost(self) -> Counter[int]:
+        lost, self.lost = self.lost, Counter()
+        return lost
+
+    def pass_began(self) -> None:
+        pass
+
+    def pass_read(self, read_until_ns: int) -> None:
+        pass

@@ -45,6 +45,9 @@ EXIT_RATES = (1000, 5000)  # exits a second the storm is asked for; the 2-core V
 EXIT_ROUNDS = 3
 EXIT_PASSES = 20  # a run's span: 10 s at --interval 0.5
 EXIT_PROCESSES = 1000  # the table under the serve: the bench's default N=1000
+GUARD = 0.5
+"""The regression guard's bound: a record may cost the served process at most half what a
+pass without the flag costs it for one process of the table (`ExitCost.guard`)."""
 # one exit in 50 a forked child's, the others threads' (a fork costs the storm ~40 times a
 # thread: forks alone would crowd two CPUs long before 5,000 exits a second)
 FORK_EVERY = 50
@@ -182,9 +185,14 @@ def exit_legend(
     return textwrap.wrap(text, 95)
 
 
-def exit_lines(costs: Sequence[ExitCost]) -> list[str]:
+def exit_lines(
+    costs: Sequence[ExitCost],
+    processes: int = EXIT_PROCESSES,
+    interval: float = SERVED_INTERVAL,
+) -> list[str]:
     """The table's rows, then a line a rate on the passes, the memory and the storm's own
-    cost, and one on what 1,000 exits a second cost the served process."""
+    cost, the regression guard (`GUARD`), and one on what 1,000 exits a second cost the
+    served process."""
     lines = [
         f"{'exits/s':>8} {'made/s':>8} {'rec/s':>8} {'without':>8} {'with':>8} {'ratio':>6} "
         f"{'µs/rec':>7} {'records':>9} {'storm':>9} {'node':>9} {'counted':>8} {'drop':>7} "
@@ -211,6 +219,13 @@ def exit_lines(costs: Sequence[ExitCost]) -> list[str]:
         came = ", ".join(f"{name} {count:,}" for name, count in cost.outcomes.items() if count)
         if came:
             lines.append(f"at {cost.rate:,.0f}/s the records came to: {came}")
+        guard = cost.guard(processes, interval)
+        if not math.isnan(guard):
+            verdict = "within" if guard <= GUARD else "OVER"
+            lines.append(
+                f"at {cost.rate:,.0f}/s guard: a record costs {guard:.2f} of what a pass costs "
+                f"for one process of the table ({verdict} its bound, {GUARD:g})"
+            )
     if not any(w.records is not None for cost in costs for _, w in cost.rounds):
         lines.append(
             "no exit records: `serve --collector.exits` heard none here (it needs CAP_NET_ADMIN, "
@@ -257,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Linux {os.uname().release}, {os.cpu_count()} CPUs, load average {_load()}")
     for line in exit_legend(*shape):
         print(line, flush=True)
-    for line in exit_lines(exit_costs(args.rates, *shape)):
+    for line in exit_lines(exit_costs(args.rates, *shape), args.processes, args.interval):
         print(line)
     print(f"load average after: {_load()}")
     return 0

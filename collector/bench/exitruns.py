@@ -189,6 +189,15 @@ class ExitCost:
             if w.records
         )
 
+    def guard(self, processes: int, interval: float) -> float:
+        """A record's cost (`per_record`) over what a pass without the flag costs the
+        served process for each process of the table (its CPU a second times the interval,
+        over `processes`): machine-independent, as both are measured in the same run; NaN
+        where either is not known."""
+        if not processes or math.isnan(self.per_record) or not self.without:
+            return math.nan
+        return self.per_record / (self.without * interval / processes)
+
     @property
     def records(self) -> int:
         """Records counted by the runs with the flag, all rounds."""

@@ -567,12 +567,19 @@ def test_the_exit_table_gives_each_rate_a_row_and_says_what_1000_exits_cost():
         "at 1,000/s: a pass 10.0 ms, 10.0 ms; peak RSS 40.0 MB, 40.0 MB; the storm's CPU an "
         "exit +0.0 µs"
     )
-    assert lines[4].endswith("the storm's CPU an exit +10.0 µs")  # no outcomes: no line
-    assert lines[5] == (
+    # the guard: 30.3 µs a record over 50 µs of a pass for each of 1,000 processes (0.1 s
+    # of CPU a second at --interval 0.5)
+    assert lines[4] == (
+        "at 1,000/s guard: a record costs 0.61 of what a pass costs for one process of the "
+        "table (OVER its bound, 0.5)"
+    )
+    assert lines[5].endswith("the storm's CPU an exit +10.0 µs")  # no outcomes: no line
+    assert lines[6].startswith("at 5,000/s guard: a record costs 0.40 ") and "within" in lines[6]
+    assert lines[7] == (
         "1,000 exits a second cost the served process 25 ms of CPU a second (2.5% of a core; "
         "the rates' µs/rec, their median)"
     )
-    assert len(lines) == 6
+    assert len(lines) == 8
     # what the records came to, over the runs with the flag: each outcome counted, by name
     born = [(_exit_run(False, 0.1, 100, None),
              _exit_run(True, 0.13, 100, 100, outcomes={"closed": 3, "born": 90, "late": 0,

@@ -13,13 +13,12 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
 from collector.cli import cli, run_once
-from collector.exits import ExitRecords
 from collector.passloop import PassLoop
+from tests.exitrecords import QueuedListener
 from tests.fixturetree import FixtureRun
 
 ROOT = Path(__file__).parents[2]
@@ -64,21 +63,12 @@ def documented_families() -> dict[str, str]:
     return families
 
 
-class QuietListener:
-    """An exit-record listener (collector/exits.py) that heard no exit."""
-
-    overflows = dropped = 0
-    refused: ClassVar[dict[str, int]] = {}
-
-    def drain(self) -> ExitRecords:
-        return ExitRecords()
-
-
 def rendered_families() -> dict[str, str]:
     """{family: type} of the fixture node's page, every source reported, the node's CPUs
     counted."""
     run = FixtureRun()
-    run.engine.exits = QuietListener()  # --collector.exits: its families too
+    run.engine.exits = QueuedListener()  # --collector.exits: its families too
+    run.engine.exits.lost[200] = 1  # one record lost, so that its family has a sample
     sources = dict.fromkeys(
         ("schedstat", "thread_io", "cgroup_v2", "cgroup_v1_cpu", "cgroup_v1_cpuacct", "psi"), True
     )

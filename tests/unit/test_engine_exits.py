@@ -8,26 +8,13 @@ from __future__ import annotations
 import pytest
 
 from collector.exits import (
-    ExitRecords,
+    Fold,
     pack_stats,
 )
 from collector.groups import UNPLACED
-from tests.exitrecords import taskstats
+from tests.exitrecords import QueuedListener, taskstats
 from tests.fixturetree import FixtureRun
 from tests.unit.test_tracker import SEC, TICK_NS
-
-
-class QueuedListener:
-    """A listener whose records are the ones a test queues."""
-
-    overflows = dropped = 0
-
-    def __init__(self):
-        self.queue: list[bytes] = []
-
-    def drain(self) -> ExitRecords:
-        queue, self.queue = self.queue, []
-        return ExitRecords(b"".join(queue))
 
 
 def engine_after_a_pass(pods_only: bool = False, unplace: bytes | None = None):
@@ -193,3 +180,52 @@ def test_init_is_no_ancestor():
     engine.exits.queue.append(born_record(1, 7_000_000))
     result = engine.run_pass()
     assert result.exits == {"born": 1, "unplaced": 1}
+
+
+def folded(tgid: int, ppid: int, start_ns: int, born: bool) -> Fold:
+    """Three threads of process `tgid` folded as they came (collector/exits.py, `Fold`)."""
+    fold = Fold(tgid, ppid, start_ns, 0, born)
+    fold.tasks, fold.on_cpu_ns, fold.run_delay_ns = 3, 9_000_003, 300
+    fold.voluntary_switches, fold.read_bytes, fold.write_bytes = 3, 4096, 8192
+    fold.utime_us, fold.stime_us, fold.major_faults = 6000, 3000, 2
+    return fold
+
+
+def test_folded_threads_of_a_held_process_count_in_its_group_their_stat_fields_not():
+    """200 (the pod's, begun at 900 ticks) had three threads folded: their thread fields in
+    its group, counted `born`; their user and system time are in its `stat` at its next
+    read, not taken from the records."""
+    engine = engine_after_a_pass()
+    engine.exits.folds.append(folded(200, 1, 9 * SEC + 5 * 10**6, born=False))
+    result = engine.run_pass()
+    pod = result.intervals[group_of(engine, 200)]
+    assert pod.on_cpu_nanos % 1000 == 3 and pod.write_bytes % 8192 == 0
+    assert result.exits == {"born": 3}
+    assert engine.tracker._pending == {}
+
+
+def test_a_born_process_folded_threads_bring_their_times_with_its_last_record():
+    """Process 61000, begun at 1005 s (after the first pass) and gone before the second:
+    three threads folded, then its last task's record, which brings the process's user and
+    system time (its threads' with its own), in the group of its parent, 200."""
+    engine = engine_after_a_pass()
+    start = 1005 * SEC
+    engine.exits.folds.append(folded(61000, 200, start, born=True))
+    last = pack_stats(taskstats(61000, 61000, ppid=200, lived_us=(1010 * SEC - start) // 1000,
+                                on_cpu=1_000_000, utime_us=1000, stime_us=500),
+                      1010 * SEC)  # fmt: skip
+    engine.exits.queue.append(last)
+    result = engine.run_pass()
+    pod = result.intervals[group_of(engine, 200)]
+    assert result.exits == {"born": 4}
+    assert pod.on_cpu_nanos % 1000 == 3  # 9,000,003 folded and 1,000,000 of its last
+    # `stat`'s are whole ticks (10 ms): what is below one is the records'
+    assert pod.cpu_user_nanos % 10**7 == (6000 + 1000) * 1000
+    assert pod.cpu_system_nanos % 10**7 == (3000 + 500) * 1000
+
+
+def test_records_lost_are_counted_by_the_group_of_their_tasks_parent():
+    engine = engine_after_a_pass()
+    engine.exits.lost.update({200: 3, 99999: 2, 1: 1})  # a pod's process, none, init
+    result = engine.run_pass()
+    assert result.exits_lost == {group_of(engine, 200): 3, UNPLACED: 3}

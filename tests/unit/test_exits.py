@@ -230,3 +230,129 @@ def test_a_message_of_another_family_or_command_or_shape_is_refused_by_reason():
         records, _ = parse_messages(data + well, 0, family=FAMILY, refused=refused)
         assert [r.pid for r in records] == [40], reason
         assert refused == Counter({reason: 1}), reason
+
+
+class Clock:
+    """CLOCK_BOOTTIME for a listener: `now`, moved by the test."""
+
+    def __init__(self, now: int):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def taken(listener: ExitListener, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while listener.received < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert listener.received == count
+
+
+def test_threads_no_pass_reads_are_folded_by_process_the_rest_queued():
+    """After a pass that had read every process by 9 s: the records of threads begun after
+    it (not their process's last task) fold into one `Fold` per process as they come; a
+    process's last task, a leader, a thread begun before 9 s, and anything that comes once
+    the next pass began listing are queued for it, as before."""
+    kernel, clock = Netlink(), Clock(10 * SEC)
+    listener = ExitListener(clock=clock, sock=kernel, family=FAMILY).listen()
+    try:
+        listener.pass_read(9 * SEC)
+        ms = 1000  # µs
+        threads = [taskstats(500 + i, 400, ppid=7, last=False, lived_us=10 * ms,
+                             group_lived_us=5_000 * ms, on_cpu=1000 + i, delay=10, vol=1,
+                             invol=2, rd=512, wr=4096, utime_us=300, stime_us=200, majflt=1)
+                   for i in range(3)]  # fmt: skip
+        for stats in threads:
+            kernel.send(exit_message(stats, int.from_bytes(stats[128:132], "little")))
+        queued = [
+            taskstats(400, 400, ppid=7, last=True, lived_us=5_000 * ms),  # its last task
+            taskstats(600, 600, ppid=7, last=False, lived_us=10 * ms),  # a leader
+            taskstats(601, 400, last=False, lived_us=2_000 * ms, group_lived_us=5_000 * ms),
+        ]  # begun at 8 s: a pass may have read it
+        for stats in queued:
+            kernel.send(exit_message(stats, int.from_bytes(stats[128:132], "little")))
+        taken(listener, 6)
+        listener.pass_began()
+        clock.now += 1
+        kernel.send(exit_message(taskstats(502, 400, last=False, lived_us=10 * ms), 502))
+        taken(listener, 7)
+        records, folds = listener.take()
+    finally:
+        listener.close()
+        kernel.close()
+    assert [r.pid for r in records] == [400, 600, 601, 502]
+    assert len(folds) == 1 and listener.folded == 3
+    fold = folds[0]
+    assert (fold.tgid, fold.ppid, fold.tasks, fold.born) == (400, 7, 3, False)
+    assert fold.start_ns == 5 * SEC  # 10 s less the 5 s its process lived
+    assert (fold.on_cpu_ns, fold.run_delay_ns, fold.voluntary_switches) == (3003, 30, 3)
+    assert (fold.nonvoluntary_switches, fold.read_bytes, fold.write_bytes) == (6, 1536, 12288)
+    assert (fold.utime_us, fold.stime_us, fold.major_faults) == (900, 600, 3)
+    again, folds_again = listener.take()  # taken once
+    assert len(again) == 0 and folds_again == []
+
+
+def test_a_record_taken_the_quick_way_is_the_one_parse_stats_reads():
+    """The datagram of one record in the kernel's layout is read by two unpacks; any other
+    (here: two messages in one datagram) by `parse_messages`: the same record either way."""
+    kernel, clock = Netlink(), Clock(10 * SEC)
+    listener = ExitListener(clock=clock, sock=kernel, family=FAMILY).listen()
+    stats = taskstats(42, 40, ppid=7, last=False, lived_us=1500, group_lived_us=9000,
+                      on_cpu=11, delay=22, vol=3, invol=4, rd=512, wr=1024, utime_us=8000,
+                      stime_us=4000, majflt=2, comm=b"awk")  # fmt: skip
+    try:
+        kernel.send(exit_message(stats, 42))
+        kernel.send(exit_message(stats, 42) + exit_message(stats, 42))
+        taken(listener, 3)
+        records, _ = listener.take()
+    finally:
+        listener.close()
+        kernel.close()
+    assert list(records) == [parse_stats(stats, 10 * SEC)] * 3
+
+
+def test_a_process_taken_again_under_its_pid_is_another_fold():
+    kernel, clock = Netlink(), Clock(10 * SEC)
+    listener = ExitListener(clock=clock, sock=kernel, family=FAMILY).listen()
+    try:
+        listener.pass_read(9 * SEC)
+        for group_lived_ms in (500, 200):  # the process 400 begun at 9.5 s, then at 9.8 s
+            stats = taskstats(401, 400, last=False, lived_us=100_000,
+                              group_lived_us=group_lived_ms * 1000)  # fmt: skip
+            kernel.send(exit_message(stats, 401))
+        taken(listener, 2)
+        _, folds = listener.take()
+    finally:
+        listener.close()
+        kernel.close()
+    assert [(f.start_ns, f.tasks, f.born) for f in folds] == [
+        (9_500_000_000, 1, True),
+        (9_800_000_000, 1, True),
+    ]
+
+
+def test_past_the_bound_a_storms_records_go_first_and_each_loss_is_counted_by_parent(
+    monkeypatch,
+):
+    """Parent 7 fills the queue (its children's records); then 9's and 7's come. Each of
+    9's is kept, one of 7's newest dropped for it; each of 7's past the bound is dropped
+    itself: 9's tasks lose nothing to the storm beside them."""
+    monkeypatch.setattr(exits, "MAX_QUEUED", 5)
+    kernel = Netlink()
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY).listen()
+    try:
+        for pid in range(100, 105):
+            kernel.send(exit_message(taskstats(pid, ppid=7, lived_us=1000), pid))
+        for pid in (200, 201, 105, 202):
+            ppid = 7 if pid < 200 else 9
+            kernel.send(exit_message(taskstats(pid, ppid=ppid, lived_us=1000), pid))
+        taken(listener, 9)
+        records, _ = listener.take()
+        lost = listener.take_lost()
+    finally:
+        listener.close()
+        kernel.close()
+    assert sorted(r.pid for r in records) == [100, 101, 200, 201, 202]
+    assert lost == Counter({7: 4}) and listener.dropped == 4
+    assert listener.take_lost() == Counter()
