@@ -391,12 +391,15 @@ where its record is the first after a quiet spell. A wake-up costs the thread ~8
 VM (docs/performance.md, "Exit records"): 20 a second, 1.6 ms a second."""
 
 
-_GATHER_SECONDS = 0.05
-"""How long the listener lets records gather once some came (`_listen`): a wake-up of its
-thread costs more than taking many records (~80 µs on a VM against ~3.5 µs a record), so
-records are taken in batches; a record may wait this much longer in the socket (its
-`waited_ns` says so), and the socket's buffer holds 50 ms of a storm (2,000 records at
-40,000 exits a second: 4.6 MB of the 32 MB the default asks)."""
+_GATHER_SECONDS = (0.002, 0.05)
+"""How long the listener lets records gather once some came (`_listen`), at least and at
+most: a wake-up of its thread costs more than taking many records (~80 µs on a VM against
+~3.5 µs a record), so records are taken in batches of about `_BATCH`, as long as the rate
+asks within these bounds; a record may wait that much longer in the socket (its
+`waited_ns` says so), the socket's buffer holds it (at 40,000 exits a second, 5 ms:
+200 records, 0.5 MB of the 32 MB the default asks), and a pass that begins takes what is
+there (`pass_began`)."""
+_BATCH = 100
 
 
 def _boottime_ns() -> int:
@@ -527,6 +530,11 @@ class ExitListener:
                 self._queued(packed, _PACKED.unpack(packed)[2])
             if not with_force:
                 log.debug("exit records: SO_RCVBUFFORCE refused; the buffer is net.core.rmem_max's")
+            # Connected to the kernel (port id 0), the socket takes no datagram from another
+            # port: the kernel refuses a process's send to it (ECONNREFUSED,
+            # `netlink_getsockbyportid`), so a forged record never reaches it at all; what
+            # reaches it is checked all the same (`from_kernel`).
+            sock.connect((0, 0))
             sock.settimeout(0.0)  # the listener's reads do not block (`_listen`)
             return sock
         except ExitsUnavailable:
@@ -590,9 +598,13 @@ class ExitListener:
         """Take records off the socket as they come (`_drain`): while they come, a batch
         every `_GATHER_SECONDS`; on a quiet socket, as soon as one comes, looking again
         every `_WAKE_SECONDS` (whether it was closed, and that it is still empty)."""
+        gather = _GATHER_SECONDS[1]
         while not self._closed.is_set():
-            if self._drain():
-                time.sleep(_GATHER_SECONDS)
+            came = self._drain()
+            if came:  # toward batches of `_BATCH` records, within the bounds
+                low, high = _GATHER_SECONDS
+                gather = min(high, max(low, gather * _BATCH / came))
+                time.sleep(gather)
             else:
                 self._wait()
 
@@ -672,13 +684,13 @@ class ExitListener:
         thread's, not its process's last task, that no pass read nor will read, else
         queued for the next pass (at most MAX_QUEUED: past it, dropped and counted). False
         where it names another task than `pid`, the message's own."""
-        if len(data) - at < _STATS.size or struct.unpack_from("=H", data, at)[0] < _TGID_VERSION:
-            packed = pack_stats(bytes(data[at:]), now, waited)  # an older kernel's: no fold
+        fields = _STATS.unpack_from(data, at) if len(data) - at >= _STATS.size else None
+        if fields is None or fields[0] < _TGID_VERSION:  # an older kernel's: no fold
+            packed = pack_stats(bytes(data[at:]), now, waited)
             if packed is None:
                 self.refused["malformed"] += 1
                 return True
             return self._queued(packed, _PACKED.unpack(packed)[2])
-        fields = _STATS.unpack_from(data, at)
         (_, flag, delay, run, task, ppid, lived_us, utime_us, stime_us, majflt, read_bytes,
          write_bytes, voluntary, nonvoluntary, tgid, group_lived_us) = fields  # fmt: skip
         if pid is not None and task != pid:

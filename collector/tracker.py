@@ -155,6 +155,18 @@ def _thread_delta(thread: ThreadReading, record: ExitRecord, read_alive: bool) -
     )
 
 
+def _final(thread: ThreadReading, record: ExitRecord) -> ThreadReading:
+    """A cached thread with its exit record's final counters."""
+    return thread._replace(
+        on_cpu_ns=record.on_cpu_ns,
+        run_delay_ns=record.run_delay_ns,
+        voluntary_switches=record.voluntary_switches,
+        nonvoluntary_switches=record.nonvoluntary_switches,
+        read_bytes=record.read_bytes,
+        write_bytes=record.write_bytes,
+    )
+
+
 def _whole(record: ExitRecord, process_fields: _Pending | None) -> Fields:
     """A task born since the previous pass, counted whole: its thread fields; and, where
     its process was born since too and this is its last task (`process_fields`: the user
@@ -462,6 +474,7 @@ class Tracker:
         places = [(cache, self._since)]
         places += [(left.readings, left.since) for left in reversed(self._left)]
         indexes: dict[int, tuple[ProcessReading, dict[int, ThreadReading]]] = {}
+        finals: dict[int, dict[int, ThreadReading]] = {}  # by process: `_finalise`
 
         def thread_of(reading: ProcessReading, tid: int) -> ThreadReading | None:
             if len(reading.threads) <= 8:
@@ -532,14 +545,16 @@ class Tracker:
                 fields.processes = 0 if held and tgid in self._contributed else 1
                 if held:
                     self._closed[tgid] = process.start_ticks
-            if thread is not None and finalise:
-                self._finalise(cache[tgid], thread, record)
+            if thread is not None and finalise:  # once every record is closed (below)
+                finals.setdefault(tgid, {})[id(thread)] = _final(thread, record)
             delta = ExitDelta(record, fields, process, record.ppid)
             if sink is None:
                 result.deltas.append(delta)
             else:  # each taken as it comes: a storm's records are not held at once
                 sink(delta)
             result.outcomes["closed" if thread is not None else "born"] += 1
+        for tgid, threads in finals.items():
+            self._finalise(tgid, threads)
         return result
 
     def _pending_of(self, record: ExitRecord) -> _Pending | None:
@@ -562,19 +577,14 @@ class Tracker:
         pending.major_faults += record.major_faults
         return None
 
-    def _finalise(self, process: ProcessReading, thread: ThreadReading, record: ExitRecord):
-        """The cached thread takes the record's final counters: a read after it (a zombie)
-        adds nothing more."""
-        final = thread._replace(
-            on_cpu_ns=record.on_cpu_ns,
-            run_delay_ns=record.run_delay_ns,
-            voluntary_switches=record.voluntary_switches,
-            nonvoluntary_switches=record.nonvoluntary_switches,
-            read_bytes=record.read_bytes,
-            write_bytes=record.write_bytes,
-        )
-        threads = tuple(final if t is thread else t for t in process.threads)
-        self._cache[process.pid] = process._replace(threads=threads)
+    def _finalise(self, tgid: int, finals: dict[int, ThreadReading]) -> None:
+        """The cached threads of process `tgid` take their records' final counters
+        (`finals`, by the id of the cached thread each replaces): a read after them (a
+        zombie) adds nothing more. Once a `close`, whatever its records: a process of
+        20,000 threads is copied once, not once a record."""
+        process = self._cache[tgid]
+        threads = tuple(finals.get(id(t), t) for t in process.threads)
+        self._cache[tgid] = process._replace(threads=threads)
 
     def _take(
         self,

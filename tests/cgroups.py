@@ -21,7 +21,8 @@ WORKLOAD = Path(__file__).parent / "workload.py"
 
 
 def mounts() -> dict[str, str]:
-    """{"v2": mount point of cgroup2, "cpu"/"cpuacct"/"cpuset": those of the v1 controllers}."""
+    """{"v2": mount point of cgroup2, "cpu"/"cpuacct"/"cpuset"/"memory": those of the v1
+    controllers}."""
     found: dict[str, str] = {}
     with open("/proc/self/mountinfo") as mountinfo:
         for line in mountinfo:
@@ -31,7 +32,7 @@ def mounts() -> dict[str, str]:
             if fstype == "cgroup2":
                 found.setdefault("v2", point)
             elif fstype == "cgroup":
-                for controller in ("cpu", "cpuacct", "cpuset"):
+                for controller in ("cpu", "cpuacct", "cpuset", "memory"):
                     if controller in options.split(","):
                         found.setdefault(controller, point)
     return found

@@ -437,6 +437,7 @@ def test_phases_prints_every_row_of_a_served_pass_and_of_the_floor():
         ("phases", "--passes", "phases: --passes, --processes and --pods must be positive"),
         ("exitcost", "--rounds",
          "exitcost: --rates, --rounds, --passes and --interval must be positive"),
+        ("exitpath", "--records", "exitpath: --records must be 1000 or more"),
     ],
 )  # fmt: skip
 def test_a_bench_tool_refuses_a_bad_count_in_one_line(tool, flag, said):
@@ -635,3 +636,21 @@ def test_smoke_exitcost_prints_a_row_for_each_rate():
     assert re.fullmatch(
         r"1,000 exits a second cost the served process -?\d+ ms of CPU a second .*", lines[-2]
     )
+
+
+def test_exitpath_prints_each_step_in_us_and_as_a_ratio_to_reading():
+    """`python -m collector.bench.exitpath` on a small run: a row a step, each a number of
+    µs and its ratio to the first row, reading a datagram (1.00). The numbers are read by
+    people (docs/performance.md), not judged here."""
+    result = subprocess.run(
+        [sys.executable, "-m", "collector.bench.exitpath", "--records", "2000"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["step", "µs", "of", "reading"]
+    assert len(rows) == 5 and rows[0].startswith("reading a datagram off a socket")
+    for row in rows:
+        micros, ratio = (float(x) for x in row.split()[-2:])
+        assert micros > 0 and ratio > 0
+    assert rows[0].split()[-1] == "1.00"

@@ -320,8 +320,11 @@ import socket, sys
 port, data = int(sys.argv[1]), bytes.fromhex(sys.stdin.read())
 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 16)  # NETLINK_GENERIC
 sock.bind((0, 0))
-sock.sendto(data, (port, 0))
-print("sent", flush=True)
+try:
+    sock.sendto(data, (port, 0))
+    print("sent", flush=True)
+except ConnectionRefusedError:  # the listener is connected to the kernel: no other port
+    print("refused", flush=True)
 """
 
 
@@ -329,8 +332,9 @@ print("sent", flush=True)
 def test_a_forged_record_from_another_user_with_net_admin_counts_nothing(pod):  # noqa: F811
     """Another user holding CAP_NET_ADMIN alone (a hostNetwork pod with NET_ADMIN) sends the
     listener's port a well-formed TASKSTATS record of an hour on a CPU for a task of the
-    pod, born since the last pass. The kernel lets the datagram through (it arrives, and is
-    refused as `not_kernel`), and nothing of it is counted: the pod's sums stay its own."""
+    pod, born since the last pass. The kernel refuses the send (the listener's socket is
+    connected to the kernel's port), or, where it let it through, the listener refuses it
+    as `not_kernel`: nothing of it is counted, the pod's sums stay its own."""
     import sys
 
     from tests.exitrecords import exit_message, taskstats
@@ -356,8 +360,9 @@ def test_a_forged_record_from_another_user_with_net_admin_counts_nothing(pod):  
              sys.executable, "-c", FORGE, str(port)],
             input=data.hex(), capture_output=True, text=True, timeout=30,
         )  # fmt: skip
-        assert sent.stdout.strip() == "sent", sent.stderr
-        deadline = time.monotonic() + 5
+        outcome = sent.stdout.strip()
+        assert outcome in ("sent", "refused"), sent.stderr
+        deadline = time.monotonic() + (5 if outcome == "sent" else 1)
         while engine.exits.refused["not_kernel"] < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         result = engine.run_pass()
@@ -368,4 +373,5 @@ def test_a_forged_record_from_another_user_with_net_admin_counts_nothing(pod):  
     _, fields = pod_interval(result, pod["uid"])
     assert fields.on_cpu_nanos < 10**9 and fields.cpu_user_nanos < 10**9, fields
     assert all(f.on_cpu_nanos < 100 * 10**9 for f in result.intervals.values())
-    assert engine.exits.refused["not_kernel"] == 1
+    assert engine.exits.refused["not_kernel"] == (1 if outcome == "sent" else 0)
+    print(f"\nthe forged record: {outcome}")
