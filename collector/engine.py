@@ -7,7 +7,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
@@ -17,7 +17,7 @@ from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS
 from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
-from collector.exits import ExitListener, Fold
+from collector.exits import ExitListener, ExitRecord, Fold
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
@@ -175,6 +175,9 @@ class Engine:
         tracker.keeps_replaced = exits is not None  # a live process's gone threads' readings
         self.slept: Callable[[], int] = slept_ns  # the machine's time suspended (exit records)
         self._deferred: list[ExitDelta] = []  # born and gone, their ancestor not known yet
+        # when the last pass and the one before it had read every process (`_unread`)
+        self._read_until: int | None = None
+        self._read_before: int | None = None
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -194,6 +197,7 @@ class Engine:
             if self.exits is not None and readings.read_until_ns is not None:
                 # every process read: a task begun since is read by no pass before the next
                 self.exits.pass_read(readings.read_until_ns)
+                self._read_before, self._read_until = self._read_until, readings.read_until_ns
             previous_listing_ns = self.tracker.previous_listing_ns
             interval_ns = (
                 None if previous_listing_ns is None else readings.listed_at_ns - previous_listing_ns
@@ -343,7 +347,11 @@ class Engine:
                     fold.tgid, fold.start_ns, fold.utime_us, fold.stime_us, fold.major_faults
                 )
             own.append((fold, life, cgroup))
-        closed = self.tracker.close(records, sink=place, slept_ns=self.slept())
+        taken: Counter[str] = Counter()
+        closed = self.tracker.close(
+            self._unread(records, add, taken), sink=place, slept_ns=self.slept()
+        )
+        closed.outcomes.update(taken)
         for delta in deferred:
             place(delta, last_chance=True)
         for fold, life, cgroup in own:
@@ -375,6 +383,50 @@ class Engine:
             key = UNPLACED if group is None else group
             lost[key] = lost.get(key, 0) + count
         return lost
+
+    def _unread(
+        self,
+        records: Iterable[ExitRecord],
+        add: Callable[[Group | _LeftOut | None, Fields], None],
+        taken: Counter[str],
+    ) -> Iterator[ExitRecord]:
+        """The records for `Tracker.close`, less those of threads that no pass read, taken
+        here as the listener folds them (collector/exits.py, `Fold`): a thread, not its
+        process's last task, begun after the pass before this one had read every process,
+        of a process this pass read without it. Its thread fields count whole, in its
+        process's group (`born`). Such records waited in the queue only because they
+        came while this pass read: at a storm's rate, hundreds a pass."""
+        before, hz = self._read_before, self.tracker.hz
+        tids: dict[int, frozenset[int]] = {}
+        for record in records:
+            tgid = record.tgid
+            if before is None or record.last or record.pid == tgid or not tgid:
+                yield record
+                continue
+            if record.start_ns - record.waited_ns <= before:
+                yield record
+                continue
+            held = next(self.tracker.held(tgid), None)
+            life = Life(
+                record.group_start_ns - record.waited_ns, record.group_start_ns,
+                None, None, None, record.ppid,
+            )  # fmt: skip
+            if (
+                held is None
+                or held[1] is not None  # only a pass before left it
+                or not _meets(of_reading(held[0].start_ticks, held[0].cgroup, hz), life)
+            ):
+                yield record
+                continue
+            reading = held[0]
+            read = tids.get(tgid)
+            if read is None:
+                read = tids[tgid] = frozenset(t.tid for t in reading.threads)
+            if record.pid in read:
+                yield record
+                continue
+            add(self._group_of_text(reading.cgroup), record_fields(record))
+            taken["born"] += 1
 
     def _own_cgroup(self, tgid: int, life: Life) -> tuple[bytes | None, bool]:
         """The cgroup file of the process `life` is (by its start), where a pass holds it
@@ -426,6 +478,18 @@ class Engine:
 def _meets(one: Life, other: Life) -> bool:
     """Whether two lives may have begun at the same instant: one process's, by two sources."""
     return one.began_from_ns <= other.began_by_ns and other.began_from_ns <= one.began_by_ns
+
+
+def record_fields(record: ExitRecord) -> Fields:
+    """The thread fields of one task's exit record, whole."""
+    return Fields(
+        on_cpu_nanos=record.on_cpu_ns,
+        run_delay_nanos=record.run_delay_ns,
+        voluntary_switches=record.voluntary_switches,
+        nonvoluntary_switches=record.nonvoluntary_switches,
+        read_bytes=record.read_bytes,
+        write_bytes=record.write_bytes,
+    )
 
 
 def fold_fields(fold: Fold) -> Fields:

@@ -229,3 +229,26 @@ def test_records_lost_are_counted_by_the_group_of_their_tasks_parent():
     engine.exits.lost.update({200: 3, 99999: 2, 1: 1})  # a pod's process, none, init
     result = engine.run_pass()
     assert result.exits_lost == {group_of(engine, 200): 3, UNPLACED: 3}
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_thread_no_pass_read_queued_during_a_pass_counts_once_the_quick_way_or_not(quick):
+    """A thread of 200 (the pod's) begun after the first pass and gone while the second
+    read, so queued, not folded: counted whole in 200's group, `born`, once: taken before
+    `Tracker.close` where the pass read 200 without it, or by `Tracker.close` itself."""
+    engine = engine_after_a_pass()
+    at = 1010 * SEC + SEC // 2
+    stats = taskstats(60200, 200, ppid=1, last=False, lived_us=1000, on_cpu=7_000_007,
+                      group_lived_us=(at - 9 * SEC) // 1000)  # fmt: skip
+    engine.exits.queue.append(pack_stats(stats, at))
+    if not quick:
+        engine._read_until = None  # no pass before: `_unread` gives every record on
+    taken = []
+    close = engine.tracker.close
+    engine.tracker.close = lambda records, **kw: close(
+        (taken.append(r) or r for r in records), **kw
+    )
+    result = engine.run_pass()
+    assert result.exits == {"born": 1}
+    assert result.intervals[group_of(engine, 200)].on_cpu_nanos % 1000 == 7
+    assert [r.pid for r in taken] == ([] if quick else [60200])
