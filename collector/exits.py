@@ -437,7 +437,9 @@ class ExitListener:
         # the order they came, and how many in all; the parent with the most, as last found
         self._queues: dict[int, bytearray] = {}
         self._queued_count = 0
-        self._largest = 0
+        # the parents by how many records each has queued, and the most any has
+        self._sizes: dict[int, set[int]] = {}
+        self._most = 0
         self.lost: Counter[int] = Counter()  # records dropped past MAX_QUEUED, by parent
         # tasks folded as they came (`Fold`), by process; those of a process whose PID was
         # taken again since; and the window a record must fall in to be folded: begun after
@@ -480,6 +482,7 @@ class ExitListener:
                         if record.pid != child
                     )
                     self._queued_count -= 1
+                    self._shrink(os.getpid(), len(came))
             if proof is not None:
                 if proof.tgid == 0:  # before version 12: no process named, no last task
                     self.close()
@@ -745,22 +748,45 @@ class ExitListener:
         queue = queues.get(ppid)
         if queue is None:
             queue = queues[ppid] = bytearray()
+        size = len(queue) // PACKED_BYTES
         if self._queued_count < MAX_QUEUED:
             self._queued_count += 1
         else:
-            largest = queues.get(self._largest)
-            if largest is None or len(largest) <= len(queue):
-                self.dropped += 1
+            self.dropped += 1
+            if size >= self._most:  # its parent has the most queued (or as many): it goes
                 self.lost[ppid] += 1
                 return True
-            del largest[-PACKED_BYTES:]  # the storm's newest goes instead
-            self.dropped += 1
-            self.lost[self._largest] += 1
+            most = next(iter(self._sizes[self._most]))  # the storm's newest goes instead
+            del queues[most][-PACKED_BYTES:]
+            self._shrink(most, self._most)
+            self.lost[most] += 1
         queue += packed
-        largest = queues.get(self._largest)
-        if largest is None or len(queue) > len(largest):
-            self._largest = ppid
+        self._grow(ppid, size)
         return True
+
+    def _grow(self, ppid: int, size: int) -> None:
+        """Parent `ppid`, which had `size` records queued, has one more."""
+        sizes = self._sizes
+        if size:
+            self._leave(ppid, size)
+        sizes.setdefault(size + 1, set()).add(ppid)
+        if size + 1 > self._most:
+            self._most = size + 1
+
+    def _shrink(self, ppid: int, size: int) -> None:
+        """Parent `ppid`, which had `size` records queued, has one fewer: the most any has
+        queued is then at least `size - 1` (it has that many)."""
+        self._leave(ppid, size)
+        if size > 1:
+            self._sizes.setdefault(size - 1, set()).add(ppid)
+        while self._most and self._most not in self._sizes:
+            self._most -= 1
+
+    def _leave(self, ppid: int, size: int) -> None:
+        bucket = self._sizes[size]
+        bucket.discard(ppid)
+        if not bucket:
+            del self._sizes[size]
 
     def pass_began(self) -> None:
         """A pass begins listing now: what the socket holds is taken first (those tasks
@@ -788,7 +814,7 @@ class ExitListener:
     def _taken(self) -> ExitRecords:
         """The records queued, every parent's in the order they came (under the lock)."""
         records = ExitRecords(b"".join(self._queues.values()))
-        self._queues, self._queued_count, self._largest = {}, 0, 0
+        self._queues, self._queued_count, self._sizes, self._most = {}, 0, {}, 0
         return records
 
     def take_lost(self) -> Counter[int]:

@@ -356,3 +356,22 @@ def test_past_the_bound_a_storms_records_go_first_and_each_loss_is_counted_by_pa
     assert sorted(r.pid for r in records) == [100, 101, 200, 201, 202]
     assert lost == Counter({7: 4}) and listener.dropped == 4
     assert listener.take_lost() == Counter()
+
+
+def test_past_the_bound_the_parent_with_the_most_loses_even_after_it_lost_some(monkeypatch):
+    """Parents 100 (a victim's) and 200 (a tenant's) queue 10 records each; then the tenant
+    forks from 40 fresh parents, one record each. Each drop falls on whichever parent has
+    the most queued at that moment, so 100 and 200 lose alike: never one of them
+    emptied while the other keeps all of its own."""
+    monkeypatch.setattr(exits, "MAX_QUEUED", 20)
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=Netlink(), family=FAMILY)
+    for ppid in (100, 200):
+        for i in range(10):
+            listener._queued(pack_stats(taskstats(1000 + ppid + i, ppid=ppid), 0), ppid)
+    for i in range(40):
+        listener._queued(pack_stats(taskstats(5000 + i, ppid=3000 + i), 0), 3000 + i)
+    records, _ = listener.take()
+    kept = Counter(r.ppid for r in records)
+    assert len(records) == 20 and listener.dropped == 40
+    assert abs(kept[100] - kept[200]) <= 1 and max(kept.values()) <= 2
+    listener._socket.close()
