@@ -17,7 +17,7 @@ from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS
 from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
-from collector.exits import ExitListener, ExitRecord, Fold
+from collector.exits import ExitListener, ExitRecord, Fold, thread_fields
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
@@ -358,7 +358,7 @@ class Engine:
             if cgroup is None:
                 found = ancestor_cgroup(life, sources)
                 cgroup = None if found is PENDING else found
-            add(self._group_of_text(cgroup), fold_fields(fold))
+            add(self._group_of_text(cgroup), thread_fields(fold))
             closed.outcomes["born"] += fold.tasks
         if unplaced_count:
             closed.outcomes["unplaced"] += unplaced_count
@@ -425,7 +425,7 @@ class Engine:
             if record.pid in read:
                 yield record
                 continue
-            add(self._group_of_text(reading.cgroup), record_fields(record))
+            add(self._group_of_text(reading.cgroup), thread_fields(record))
             taken["born"] += 1
 
     def _own_cgroup(self, tgid: int, life: Life) -> tuple[bytes | None, bool]:
@@ -478,30 +478,6 @@ class Engine:
 def _meets(one: Life, other: Life) -> bool:
     """Whether two lives may have begun at the same instant: one process's, by two sources."""
     return one.began_from_ns <= other.began_by_ns and other.began_from_ns <= one.began_by_ns
-
-
-def record_fields(record: ExitRecord) -> Fields:
-    """The thread fields of one task's exit record, whole."""
-    return Fields(
-        on_cpu_nanos=record.on_cpu_ns,
-        run_delay_nanos=record.run_delay_ns,
-        voluntary_switches=record.voluntary_switches,
-        nonvoluntary_switches=record.nonvoluntary_switches,
-        read_bytes=record.read_bytes,
-        write_bytes=record.write_bytes,
-    )
-
-
-def fold_fields(fold: Fold) -> Fields:
-    """The thread fields of the tasks a fold holds (their process's, `Tracker.pend`)."""
-    return Fields(
-        on_cpu_nanos=fold.on_cpu_ns,
-        run_delay_nanos=fold.run_delay_ns,
-        voluntary_switches=fold.voluntary_switches,
-        nonvoluntary_switches=fold.nonvoluntary_switches,
-        read_bytes=fold.read_bytes,
-        write_bytes=fold.write_bytes,
-    )
 
 
 MAX_DEFERRED = 100_000

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import is_
 from typing import NamedTuple
 
-from collector.exits import ExitRecord
+from collector.exits import ExitRecord, thread_fields
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 from collector.readings import Carried
 
@@ -173,14 +173,7 @@ def _whole(record: ExitRecord, process_fields: _Pending | None) -> Fields:
     and system time and major faults of its tasks gone before, `Tracker._pending`), the
     process's: those, its own, the process counted and its life observed (a process's
     `stat` is the sum of its tasks')."""
-    fields = Fields(
-        on_cpu_nanos=record.on_cpu_ns,
-        run_delay_nanos=record.run_delay_ns,
-        voluntary_switches=record.voluntary_switches,
-        nonvoluntary_switches=record.nonvoluntary_switches,
-        read_bytes=record.read_bytes,
-        write_bytes=record.write_bytes,
-    )
+    fields = thread_fields(record)
     if process_fields is not None:
         fields.cpu_user_nanos = (record.utime_us + process_fields.utime_us) * 1000
         fields.cpu_system_nanos = (record.stime_us + process_fields.stime_us) * 1000
