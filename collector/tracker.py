@@ -254,6 +254,13 @@ class Tracker:
         self._since: dict[int, _Instant] = {}
         self._blocks: dict[bytes, _Kept] = {}  # last pass's carried blocks, by cgroup
         self._previous_listing_ns: int | None = None
+        self._read_until_ns = 0  # when the last pass had read every process
+        # with `keeps_replaced`, by PID: when the pass had read every process whose reading
+        # of it began the run of readings, each with every task of the one before, that
+        # ends in the cache's (a task not in the cache's was in none of them); not there:
+        # the first pass's, `_first_until_ns`
+        self._unchanged_since: dict[int, int] = {}
+        self._first_until_ns = 0
         # Exit records (`close`): the readings the last passes dropped or, with
         # `keeps_replaced`, replaced where a task was gone from the new one (a task gone
         # before it was read, whose record comes after), newest last, and the end of the
@@ -463,9 +470,11 @@ class Tracker:
         if asleep < SUSPEND_SLACK_NS:
             asleep = 0
         cache, hz = self._cache, self.hz
-        # where to look for a task: the cache, then what the last passes left, newest first
-        places = [(cache, self._since)]
-        places += [(left.readings, left.since) for left in reversed(self._left)]
+        # where to look for a task: the cache, then what the last passes left, newest first,
+        # with when each pass had read every process (the cache's: `_unchanged_since`)
+        places = [(cache, self._since, 0)]
+        places += [(left.readings, left.since, left.read_until_ns) for left in reversed(self._left)]
+        unchanged_since, first_until = self._unchanged_since, self._first_until_ns
         indexes: dict[int, tuple[ProcessReading, dict[int, ThreadReading]]] = {}
         finals: dict[int, dict[int, ThreadReading]] = {}  # by process: `_finalise`
 
@@ -485,11 +494,12 @@ class Tracker:
             # The process as this pass read it, and as the last ones did where a pass
             # replaced or dropped that reading (a thread gone since is only there).
             process, held, thread, finalise, since = None, False, None, False, None
-            read_at = 0
-            for readings, instants in places:
+            read_at = oldest_until = 0
+            for readings, instants, until in places:
                 candidate = readings.get(tgid)
                 if candidate is None or not _started_as(candidate.start_ticks, record, True, hz):
                     continue
+                oldest_until = until or unchanged_since.get(tgid, first_until)
                 if process is None:
                     process, held, since = candidate, readings is cache, instants.get(tgid)
                 found = thread_of(candidate, record.pid)
@@ -501,11 +511,19 @@ class Tracker:
             # arrival less its life and the longest it waited).
             earliest = record.start_ns - record.waited_ns - asleep
             born = forgotten is not None and earliest > forgotten
+            # Or of a process held, in no reading of it kept though alive after the oldest
+            # was taken (the cache's: the first of its readings since each held every task
+            # of the one before, `_unchanged_since`): begun after that reading listed its
+            # tasks, so after the first pass began, and read by none since (a reading that
+            # held it is kept until a pass reads the process without it, and then until it
+            # goes, moving `_forgotten_ns` past it).
+            if not born and process is not None and thread is None:
+                born = record.received_ns - record.waited_ns > oldest_until
             if born and asleep and thread is None:  # a suspend since: is it one held?
                 born = not any(
                     (held_process := readings.get(tgid)) is not None
                     and _started_as(held_process.start_ticks, record, True, hz, asleep)
-                    for readings, _ in places
+                    for readings, *_ in places
                 )
             if thread is not None:
                 # read alive, before it exited: at the earliest its record may have come
@@ -598,6 +616,9 @@ class Tracker:
         before: dict[int, ProcessReading] = {}
         before_since: dict[int, _Instant] = {}
         keep, pending = self.keeps_replaced, self._pending
+        unchanged_since, until = self._unchanged_since, read_until[0]
+        if not self._passes:
+            self._first_until_ns = until
         for reading in readings:
             pid = reading.pid
             alive.add(pid)
@@ -605,6 +626,11 @@ class Tracker:
                 before[pid] = cache[pid]
                 if pid in since_of:
                     before_since[pid] = since_of[pid]
+                unchanged_since[pid] = until
+            elif keep and self._passes:
+                old = cache.get(pid)
+                if old is None or old.start_ticks != reading.start_ticks:
+                    unchanged_since[pid] = until
             if pending and keep:  # read: its stat has its gone tasks' times
                 pending.pop(pid, None)
             cache[pid] = reading
@@ -612,10 +638,12 @@ class Tracker:
                 del since_of[pid]
         for pid in cache.keys() - alive:  # not seen this pass: gone
             before[pid] = cache.pop(pid)
+            if unchanged_since:
+                unchanged_since.pop(pid, None)
             instant = since_of.pop(pid, None)
             if instant is not None:
                 before_since[pid] = instant
-        self._keep_left(before, before_since, *read_until)
+        self._keep_left(before, before_since, *read_until, listed_at_ns)
         self._passes += 1
         if pending:  # a process never read, whose last record never came: forgotten
             for pid in [p for p, held in pending.items() if held.taken_at_pass < self._passes - 2]:
@@ -623,7 +651,7 @@ class Tracker:
         if self._closed:
             self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
         self._blocks = carry.blocks
-        self._previous_listing_ns = listed_at_ns
+        self._previous_listing_ns, self._read_until_ns = listed_at_ns, until
 
     def _keep_left(
         self,
@@ -631,17 +659,23 @@ class Tracker:
         since: dict[int, _Instant],
         read_until_ns: int,
         slept_ns: int,
+        listed_at_ns: int,
     ) -> None:
         """Keep what this pass left behind for the records to come, and let go of what no
         record can need: every record closed from now on was received after the last
         pass (`_previous_listing_ns`), and one of a task that exited before a pass had
         read every process, that waited START_TOLERANCE_NS less, is `late`. Past
         MAX_KEPT_PASSES, the oldest go. A task that started before the end of a pass whose
-        readings went (`_forgotten_ns`, the first pass's at the start) may have been read
-        by it: its record counts it whole no more."""
+        readings went (`_forgotten_ns`) may have been read by it: its record counts it
+        whole no more.
+
+        At the start, that bound is when the first pass began listing: a task that started
+        before may have run before there was a tracker; one that started after and that
+        the first pass read is in a reading kept (the cache, or what a later pass left
+        here, until it goes and moves the bound past that pass's end)."""
         left = self._left
         if self._forgotten_ns is None:  # the first pass: a task older may never be read
-            self._forgotten_ns, self._forgotten_slept_ns = read_until_ns, slept_ns
+            self._forgotten_ns, self._forgotten_slept_ns = listed_at_ns, slept_ns
         if readings:
             left.append(_LeftBehind(read_until_ns, readings, since, slept_ns))
         previous = self._previous_listing_ns

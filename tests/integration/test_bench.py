@@ -621,8 +621,13 @@ def test_smoke_exitcost_prints_a_row_for_each_rate():
     assert [row[0] for row in rows] == ["300", "600"]
     for row in rows:
         assert len(row) == 13, row
-        numbers = [float(cell.replace(",", "").rstrip("%")) for cell in row]
-        assert all(n >= 0 for n in numbers), row
+        # ratio and µs/rec are "-" where a run measured no CPU; µs/rec, an extra over
+        # records, falls below nothing when a tiny run's noise outweighs what records cost
+        numbers = [
+            math.nan if cell == "-" else float(cell.replace(",", "").rstrip("%")) for cell in row
+        ]
+        assert all(n >= 0 for i, n in enumerate(numbers) if i not in (5, 6)), row
+        assert numbers[5] >= 0 or math.isnan(numbers[5]), row
         made, records, storm, node = numbers[1], numbers[7], numbers[8], numbers[9]
         # the storm ran, its tasks among the node's: each end reads the storm's count, then
         # /proc/stat, and the storm goes on between the two, so a few of its tasks made

@@ -164,17 +164,72 @@ def test_a_record_of_a_task_older_than_the_interval_that_no_pass_read_closes_not
     assert closed.deltas == [] and closed.outcomes == {"unmatched": 1}
 
 
-def test_a_task_that_may_have_started_before_the_first_pass_ended_is_not_counted_whole():
-    """The first pass read every process from 100 s to 101 s: a task gone at 101.5 s that
-    began before 101 s may be one no pass read, of any age; one that began later is
-    new."""
+def test_a_task_begun_before_the_first_pass_listed_is_not_counted_whole():
+    """The first pass listed `/proc` from 100 s and had read every process by 101 s. Records
+    come at 101.5 s: a task begun at 99.5 s may have run before there was a tracker, and
+    closes nothing; one begun at 100.5 s, which the pass did not read, is new, counted
+    whole; one begun at 100.3 s that the pass read at 100.6 s is closed from that reading,
+    not counted whole (a task the first pass read is in a reading kept)."""
+    start = 10_030  # 100.3 s, in ticks
+    assert start * TICK_NS == 100_300_000_000
+    read = proc(50, start, at=100_600_000_000, threads=[thread(50, start, cpu=SEC // 10)])
     tracker = Tracker(HZ)
-    tracker.advance([], 100 * SEC, read_until_ns=101 * SEC)
-    old = record(99, at=101_500_000_000, lived=SEC, on_cpu=SEC)
-    new = record(98, at=101_500_000_000, lived=SEC // 4, waited=SEC // 8, on_cpu=SEC // 8)
-    closed = tracker.close([old, new])
-    assert closed.outcomes == {"unmatched": 1, "born": 1}
-    assert [d.record.pid for d in closed.deltas] == [98]
+    tracker.keeps_replaced = True
+    tracker.advance([read], 100 * SEC, read_until_ns=101 * SEC)
+    at = 101_500_000_000
+    old = record(99, at=at, lived=2 * SEC, on_cpu=SEC)
+    new = record(98, at=at, lived=SEC, waited=SEC // 8, on_cpu=SEC // 8)
+    gone = record(50, at=at, lived=at - start * TICK_NS, on_cpu=SEC // 5)
+    closed = tracker.close([old, new, gone])
+    assert closed.outcomes == {"unmatched": 1, "born": 1, "closed": 1}
+    on_cpu = {d.record.pid: d.fields.on_cpu_nanos for d in closed.deltas}
+    assert on_cpu == {98: SEC // 8, 50: SEC // 10}
+    # begun within its wait of the listing: it may have begun before, and counts nothing
+    edge = record(97, at=at, lived=SEC + SEC // 2 - SEC // 10, waited=SEC // 5, on_cpu=SEC)
+    assert tracker.close([edge]).outcomes == {"unmatched": 1}
+
+
+def test_a_thread_alive_after_its_process_was_read_and_not_in_that_reading_is_new():
+    """Process 50, read by the first pass (listing from 100 s, every process read by
+    100.9 s) with its one thread. Thread 51's record comes at 101.5 s; it lived 1.2 s and
+    may have waited 0.5 s, so it may have begun at 99.8 s, before the first pass: yet it
+    was alive after 101 s, after the pass had listed its process's tasks, and not among
+    them. It began after that listing, and no pass read it: counted whole. A thread that
+    may have exited by 100.9 s (its record then may be of a task that lived before the
+    pass), or of a process no pass read, closes nothing."""
+    start = 10_000  # 100 s, in ticks
+    read = proc(50, start, at=100_200_000_000, threads=[thread(50, start, cpu=SEC // 10)])
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    tracker.advance([read], 100 * SEC, read_until_ns=100_900_000_000)
+    at = 101_500_000_000
+    group_lived = at - start * TICK_NS
+
+    def of(pid: int, tgid: int, waited: int) -> object:
+        return record(pid, tgid, at=at, lived=1_200_000_000, waited=waited, last=False,
+                      group_lived=group_lived, on_cpu=SEC // 4)  # fmt: skip
+
+    closed = tracker.close([of(51, 50, SEC // 2)])
+    assert closed.outcomes == {"born": 1}
+    assert [d.fields.on_cpu_nanos for d in closed.deltas] == [SEC // 4]
+    # may have exited (at 101.5 s less 0.7 s) before the pass had read every process
+    assert tracker.close([of(52, 50, 7 * SEC // 10)]).outcomes == {"unmatched": 1}
+    # of a process no pass read
+    assert tracker.close([of(61, 60, SEC // 2)]).outcomes == {"unmatched": 1}
+    # taken after a second pass read the process again with every task it had: thread 53
+    # was in neither reading, and alive after the first
+    again = proc(50, start, at=200 * SEC, threads=[thread(50, start, cpu=SEC // 5)])
+    tracker.advance([again], 200 * SEC, read_until_ns=201 * SEC)
+    assert tracker.close([of(53, 50, SEC // 2)]).outcomes == {"born": 1}
+    # a third pass reads it without the thread the first read: each reading since holds
+    # no task of the one before, now, from that pass's end on
+    tracker = Tracker(HZ)
+    tracker.keeps_replaced = True
+    two = [thread(50, start, cpu=SEC // 10), thread(54, start, cpu=SEC // 10)]
+    tracker.advance([proc(50, start, at=100_200_000_000, threads=two)], 100 * SEC,
+                    read_until_ns=100_900_000_000)  # fmt: skip
+    tracker.advance([again], 200 * SEC, read_until_ns=201 * SEC)
+    assert tracker.close([of(55, 50, SEC // 2)]).outcomes == {"unmatched": 1}
 
 
 def test_a_reused_pid_is_not_the_task_the_cache_holds():
@@ -449,10 +504,10 @@ def test_without_read_until_a_pass_read_until_its_latest_reading():
 
 
 def test_a_record_whose_earliest_start_is_the_forgotten_end_is_not_counted_whole():
-    """earliest start == _forgotten_ns."""
+    """earliest start == _forgotten_ns (the first pass's listing, at the start)."""
     tracker = Tracker(HZ)
     tracker.advance([], 100 * SEC, read_until_ns=101 * SEC)
-    closed = tracker.close([record(98, at=102 * SEC, lived=SEC // 2, waited=SEC // 2)])
+    closed = tracker.close([record(98, at=102 * SEC, lived=3 * SEC // 2, waited=SEC // 2)])
     assert closed.outcomes == {"unmatched": 1}
 
 
