@@ -269,12 +269,33 @@ unless on ({{ $c }}, node, namespace, pod)
       node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="starved", basis="kernel"}
   )
   > on ({{ $c }}, namespace, pod) group_left ()
-    1e9 * sum by ({{ $c }}, namespace, pod) (
-      max by ({{ $c }}, namespace, pod, container) (kube_pod_container_resource_requests{resource="cpu"})
-    )
+    {{ .share }} * 1e9 * {{ include "procdelta.podEntitlement" $c | indent 4 | trim }}
 {{- else -}}
 node_namespace_pod:procdelta_cpu_finding:ratio_rate5m{finding="starved", basis="kernel"}
 {{- end }}
+{{- end }}
+
+{{/*
+A pod's CPU entitlement in cores, by (cluster, namespace, pod), as the kubelet sums a
+running pod's request: its app containers', its restartable init containers' (native
+sidecars, kube_pod_init_container_info's restart_policy "Always"), and its pod overhead
+(the RuntimeClass's); a BestEffort pod (procdelta's qos) none. Only pods
+kube-state-metrics (or the QoS class) tells of: where it is down, none.
+*/}}
+{{- define "procdelta.podEntitlement" -}}
+sum by ({{ . }}, namespace, pod) (
+    label_replace(max by ({{ . }}, namespace, pod, container) (kube_pod_container_resource_requests{resource="cpu"}), "part", "app", "", "")
+  or
+    label_replace(
+        max by ({{ . }}, namespace, pod, container) (kube_pod_init_container_resource_requests{resource="cpu"})
+      and on ({{ . }}, namespace, pod, container) kube_pod_init_container_info{restart_policy="Always"},
+      "part", "sidecar", "", ""
+    )
+  or
+    label_replace(max by ({{ . }}, namespace, pod) (kube_pod_overhead_cpu_cores), "part", "overhead", "", "")
+  or
+    label_replace(group by ({{ . }}, namespace, pod) (procdelta_cgroup_cpu_nanos_total{pod!="", qos="besteffort"}) * 0, "part", "besteffort", "", "")
+)
 {{- end }}
 
 {{/*
