@@ -97,6 +97,7 @@ RULE_TESTS = [
     RULES.with_name("procdelta.pages.rules.test.yml"),
     RULES.with_name("procdelta.owed.rules.test.yml"),
     RULES.with_name("procdelta.holders.rules.test.yml"),
+    RULES.with_name("procdelta.tickets.rules.test.yml"),
 ]
 
 

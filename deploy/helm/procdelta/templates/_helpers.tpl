@@ -327,6 +327,23 @@ count by ({{ . }}, namespace, workload, workload_type) (namespace_workload_pod:p
 {{- end }}
 
 {{/*
+The pods procdelta saw per workload that are judged on the kernel's basis: on a node with
+cgroup CPU pressure (its pods' `cpu_pressure_stalled_nanos` exported), given the cluster
+label. A pod on a node without it is judged on the interval's averages, context only: it
+is in no share of starved pods, above the line or below it.
+*/}}
+{{- define "procdelta.workloadPodsKernel" -}}
+count by ({{ . }}, namespace, workload, workload_type) (
+    namespace_workload_pod:procdelta_pod_owner:relabel
+  and on ({{ . }}, namespace, pod)
+    (
+        node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m
+      and on ({{ . }}, node) group by ({{ . }}, node) (procdelta_cpu_pressure_stalled_nanos_total{pod!=""})
+    )
+)
+{{- end }}
+
+{{/*
 The pods procdelta saw over the rules' window: those whose cgroup it read. A pod procdelta could not name (its `uid` alone, empty `namespace` and `pod`) is
 none: the base layer selects `pod!=""`.
 */}}
