@@ -126,8 +126,9 @@ RUNNABLE = f"({node_rate('on_cpu_nanos')}\n+ {node_rate('run_delay_nanos')})"
 
 
 def rate(metric: str) -> str:
-    """A rate of one of procdelta's own per-node counters (not per pod)."""
-    return f"rate({metric}{{{CLUSTER}}}[$__rate_interval])"
+    """A rate of one of procdelta's own per-node counters (not per pod), of the selected
+    nodes only."""
+    return f"rate({metric}{{{NODE}}}[$__rate_interval])"
 
 
 def target(expr: str, legend: str, ref: str) -> dict:
@@ -506,17 +507,18 @@ def workload_panels() -> list[dict]:
 
 
 def neighbour_panels() -> list[dict]:
-    neighbours = f'node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{CLUSTER}, pod!=""}} / 1e9'
-    outside = f"node:procdelta_outside_pods_on_cpu_nanos:rate5m{{{CLUSTER}}} / 1e9"
+    neighbours = f'node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m{{{NODE}, pod!=""}} / 1e9'
+    outside = f"node:procdelta_outside_pods_on_cpu_nanos:rate5m{{{NODE}}} / 1e9"
     return [
-        row("Neighbours: what ran on the selected pods' nodes"),
+        row("Neighbours: what ran on the selected nodes, where the selected pods ran"),
         table(
-            "Neighbours: cores used per pod on the selected pods' nodes",
+            "Neighbours: cores used per pod on the selected nodes",
             [
                 (f"{neighbours}\n{ON_NODES}", "{{cluster}} {{node}} " + PODS),
                 (f"{outside}\n{ON_NODES}", "{{cluster}} {{node}} processes outside pods"),
             ],
-            "Every pod on the nodes where the selected pods (of the selected workloads) ran, "
+            "Every pod on the selected nodes ($node) where the selected pods (of the selected "
+            "workloads) ran, "
             "ranked by the cores its cgroup used over the time range "
             "(node_namespace_pod:procdelta_cgroup_cpu_nanos:rate5m / 1e9: every task, "
             "short-lived ones included), beside the processes outside pods "
@@ -637,7 +639,7 @@ def self_panels() -> list[dict]:
         return f"sum by (reason) (\n{rate(metric)}\n{ON_NODES}\n)"
 
     return [
-        row("procdelta itself (on the selected pods' nodes)"),
+        row("procdelta itself (on the selected nodes, where the selected pods ran)"),
         panel(
             "Pass duration",
             "s",
@@ -663,7 +665,7 @@ def self_panels() -> list[dict]:
             "short",
             [
                 (
-                    f"min by (source) (\nprocdelta_source_available{{{CLUSTER}}}\n{ON_NODES}\n)",
+                    f"min by (source) (\nprocdelta_source_available{{{NODE}}}\n{ON_NODES}\n)",
                     "{{source}}",
                 )
             ],
@@ -676,12 +678,11 @@ def self_panels() -> list[dict]:
             "short",
             [
                 (
-                    f"sum by (cluster, node) (procdelta_tracked_processes{{{CLUSTER}}})\n"
-                    f"{ON_NODES}",
+                    f"sum by (cluster, node) (procdelta_tracked_processes{{{NODE}}})\n{ON_NODES}",
                     "{{cluster}} {{node}} processes",
                 ),
                 (
-                    f"sum by (cluster, node) (procdelta_tracked_threads{{{CLUSTER}}})\n{ON_NODES}",
+                    f"sum by (cluster, node) (procdelta_tracked_threads{{{NODE}}})\n{ON_NODES}",
                     "{{cluster}} {{node}} threads",
                 ),
             ],

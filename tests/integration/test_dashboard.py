@@ -112,6 +112,17 @@ def test_every_rate_asks_for_the_selected_pods_or_nodes_only():
             ), title
 
 
+def test_every_series_a_panel_reads_is_of_the_selected_nodes_or_namespaces():
+    """At 1,000 nodes a panel that reads a series of the whole cluster, a recorded one as
+    much as a counter, is 110,000 rows: every selector of one of procdelta's series (its
+    counters and gauges, and the rules' records) in a panel carries `$node` or
+    `$namespace` (both default to one value), whatever the panel does with it after."""
+    for title, expr in EXPRESSIONS:
+        for metric, labels in SELECTOR.findall(expr):
+            if "procdelta" in metric:
+                assert "$node" in labels or "$namespace" in labels, (title, metric, labels)
+
+
 def variable_definitions() -> list[str]:
     return [v["definition"] for v in MODEL["templating"]["list"] if v["type"] == "query"]
 
@@ -265,7 +276,7 @@ def test_every_query_returns_data_over_the_rules(tmp_path, cluster):
 def test_clusters_keep_their_nodes_apart(tmp_path):
     """Two clusters whose nodes have the same names, every cluster shown: a pod chosen in
     one, its neighbours and its node's processes outside pods are that cluster's only."""
-    title = "Neighbours: cores used per pod on the selected pods' nodes"
+    title = "Neighbours: cores used per pod on the selected nodes"
     (neighbours, outside) = (t["expr"] for p in PANELS if p["title"] == title for t in p["targets"])
     chosen = {"pod": "web-a"}
     expected = [

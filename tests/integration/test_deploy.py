@@ -190,7 +190,7 @@ def test_dashboard_json_is_the_generators_output():
                    "Sources the nodes provide",
                    "Workloads: pods affected, starvation, throttled share, cores",
                    "Workload pods starved and throttled (share of its pods)",
-                   "Neighbours: cores used per pod on the selected pods' nodes",
+                   "Neighbours: cores used per pod on the selected nodes",
                    "Node saturation: starved pods, runnable threads per CPU",
                    ):  # fmt: skip
         assert wanted in titles
@@ -229,7 +229,7 @@ def test_neighbours_are_those_of_the_selected_pods_nodes(tmp_path):
     node's pods as neighbours; one whose cgroup procdelta does not read (process counters
     alone) is no pod the rules saw, and has none; a workload chosen, its pods' nodes only."""
     model = json.loads((ROOT / "grafana" / "procdelta.json").read_text())
-    title = "Neighbours: cores used per pod on the selected pods' nodes"
+    title = "Neighbours: cores used per pod on the selected nodes"
     (panel,) = [p for p in model["panels"] if p["title"] == title]
     neighbours, outside = (t["expr"] for t in panel["targets"])
 
@@ -317,3 +317,23 @@ def test_dockerfile_build_steps_give_a_working_command(tmp_path):
     assert result.returncode == 0, result.stderr
     for command in ("serve", "once", "bench"):
         assert command in result.stdout
+
+
+def test_a_node_page_of_forty_pods_says_who_held_and_the_command_within_1000_characters():
+    """A receiver that cuts a page's text at 1,000 characters (PagerDuty's summary, a Slack
+    preview) keeps who held the CPUs beyond their entitlement and the command to run: the
+    description promtool checks for a node of forty owed pods
+    (procdelta.holders.rules.test.yml), cut there."""
+    case = next(
+        case
+        for case in yaml.safe_load(RULES.with_name("procdelta.holders.rules.test.yml").read_text())[
+            "tests"
+        ]
+        if case["name"].startswith("a node of forty owed pods")
+    )
+    ((alert,),) = [t["exp_alerts"] for t in case["alert_rule_test"]]
+    kept = alert["exp_annotations"]["description"][:1000]
+    held = kept.partition("Held beyond their entitlement by: ")[2].partition(". ")[0]
+    assert held.startswith("batch/hog 21.00 cores over, /system.slice/agent.service"), kept
+    assert "procdelta top --from http://127.0.0.1:9746 --sort on_cpu_nanos" in kept
+    assert "and 35 more" in kept  # the starved pods cut at five, not the page
