@@ -71,6 +71,9 @@ def test_short_lives_are_counted_whole(pod, kind, tmp_path):  # noqa: F811 (the 
             assert isinstance(listening.exits, ExitListener), "no exit records here"
             listening.run_pass()
             plain.run_pass()
+            # the first pass is the baseline: the lives begin well after it listed (a task
+            # begun within a record's wait of that may be one it read: not counted whole)
+            time.sleep(0.2)
             work.process.stdin.write(f"lives {kind} 3 40 {report} 3\n")
             work.process.stdin.flush()
             heard: list[PassResult] = []

@@ -90,6 +90,11 @@ def counted(made: dict, command: list[str], cwd: str | None = None) -> tuple[Fie
     try:
         assert isinstance(engine.exits, ExitListener), "no exit records here"
         engine.run_pass()
+        # The first pass is the baseline: a task begun less than a record may wait in the
+        # socket (the listener's wake-up, 50 ms) after it began listing may be one it read,
+        # and its record does not count it whole (docs/reference.md §2). The command starts
+        # well after, as a node's processes do after procdelta's start.
+        time.sleep(0.2)
         line = f'{enter(made["cgroup"])} && exec "$@"'
         work = subprocess.Popen(
             ["sh", "-c", line, "sh", *command],
