@@ -14,15 +14,13 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from collector.bench.tables import pid_room, synthetic_table
 from tests.cgroups import cgroup, enter
-from tests.kernel.test_kernel import pod_layout
-from tests.kernel.test_lineage_kernel import LIVES
+from tests.kernel.test_lineage_kernel import LIVES, tenant_and_victim
 from tests.kernel.test_reliability import passes, scrape, value
 from tests.net import free_port, start_serve, wait_until
 
@@ -71,13 +69,7 @@ def pod_totals(samples: dict, uid: str, name: str) -> float:
 
 
 def test_a_tenants_storm_costs_the_pod_beside_it_nothing(tmp_path, capsys):
-    pods = {}
-    for name in ("tenant", "victim"):
-        uid, cid = str(uuid.uuid4()), uuid.uuid4().hex + uuid.uuid4().hex
-        (tmp_path / "pods" / f"ns-{name}_{name}_{uid}").mkdir(parents=True)
-        (tmp_path / "containers").mkdir(exist_ok=True)
-        (tmp_path / "containers" / f"{name}_ns-{name}_main-{cid}.log").touch()
-        pods[name] = (uid, pod_layout("systemd-v2", uid, cid))
+    pods = tenant_and_victim(tmp_path)
     _, (kind, tenant_path) = pods["tenant"]
     victim_uid, (_, victim_path) = pods["victim"]
     names = (f"--path.pod-logs={tmp_path / 'pods'}",

@@ -46,6 +46,15 @@ def pod_sums(results: list[PassResult], uid: str) -> tuple[Fields, int]:
     return total, cgroup_ns
 
 
+def outcomes_of(results: list[PassResult]) -> dict[str, int]:
+    """The exit records' outcomes over these passes (procdelta_exit_records_total's)."""
+    outcomes: dict[str, int] = {}
+    for result in results:
+        for outcome, count in (result.exits or {}).items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    return outcomes
+
+
 def close(engine: Engine) -> None:
     if engine.exits is not None:
         engine.exits.close()
@@ -95,10 +104,7 @@ def test_short_lives_are_counted_whole(pod, kind, tmp_path):  # noqa: F811 (the 
     lives, on_cpu, delay = self_reported(report)
     summed, cgroup_ns = pod_sums(heard, pod["uid"])
     without, _ = pod_sums(seen, pod["uid"])
-    outcomes: dict[str, int] = {}
-    for result in heard:
-        for outcome, count in (result.exits or {}).items():
-            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    outcomes = outcomes_of(heard)
     print(
         f"\n{kind}: {lives} lives reported on-CPU {on_cpu / 1e9:.3f} s, run delay "
         f"{delay / 1e9:.3f} s; with the records {summed.on_cpu_nanos / 1e9:.3f} s "

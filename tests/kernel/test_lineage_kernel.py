@@ -25,7 +25,7 @@ from collector.engine import PassResult
 from collector.exits import ExitListener
 from collector.model import Fields
 from tests.cgroups import cgroup, enter
-from tests.kernel.test_exits_kernel import close, pod_sums
+from tests.kernel.test_exits_kernel import close, outcomes_of, pod_sums
 from tests.kernel.test_kernel import pod, pod_layout  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.kernel
@@ -118,10 +118,7 @@ def counted(made: dict, command: list[str], cwd: str | None = None) -> tuple[Fie
     finally:
         close(engine)
     summed, cgroup_ns = pod_sums(results, made["uid"])
-    outcomes: dict[str, int] = {}
-    for result in results:
-        for outcome, count in (result.exits or {}).items():
-            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    outcomes = outcomes_of(results)
     print(
         f"\n{' '.join(command[-3:])}: {out.strip()[-40:]!r} on-CPU in the sums "
         f"{summed.on_cpu_nanos / 1e9:.3f} s, the pod's cgroup {cgroup_ns / 1e9:.3f} s "
@@ -243,17 +240,24 @@ else:
 """
 
 
+def tenant_and_victim(logs: Path) -> dict[str, tuple[str, tuple]]:
+    """Two pods, `tenant` and `victim` (each in a namespace of its name), named in kubelet's
+    log directories below `logs`: by name, (uid, their systemd-v2 cgroup layout)."""
+    pods = {}
+    for name in ("tenant", "victim"):
+        uid, cid = str(uuid.uuid4()), uuid.uuid4().hex + uuid.uuid4().hex
+        (logs / "pods" / f"ns-{name}_{name}_{uid}").mkdir(parents=True)
+        (logs / "containers").mkdir(exist_ok=True)
+        (logs / "containers" / f"{name}_ns-{name}_main-{cid}.log").touch()
+        pods[name] = (uid, pod_layout("systemd-v2", uid, cid))
+    return pods
+
+
 def test_a_parents_pid_taken_by_another_pods_process_moves_nothing_into_that_pod(tmp_path):
     """A tenant's child burns 1 s under a parent that then exits; a process of a victim pod
     takes the parent's PID before the pass. The child is the tenant's: counted in the
     tenant's pod (its parent's record names the tenant), nothing of it in the victim's."""
-    pods = {}
-    for name in ("tenant", "victim"):
-        uid, cid = str(uuid.uuid4()), uuid.uuid4().hex + uuid.uuid4().hex
-        (tmp_path / "pods" / f"ns-{name}_{name}_{uid}").mkdir(parents=True)
-        (tmp_path / "containers").mkdir(exist_ok=True)
-        (tmp_path / "containers" / f"{name}_ns-{name}_main-{cid}.log").touch()
-        pods[name] = (uid, pod_layout("systemd-v2", uid, cid))
+    pods = tenant_and_victim(tmp_path)
     from collector.wiring import Options
 
     options = Options(procfs="/proc", pod_logs=str(tmp_path / "pods"),
