@@ -337,3 +337,27 @@ def test_a_node_page_of_forty_pods_says_who_held_and_the_command_within_1000_cha
     assert held.startswith("batch/hog 21.00 cores over, /system.slice/agent.service"), kept
     assert "procdelta top --from http://127.0.0.1:9746 --sort on_cpu_nanos" in kept
     assert "and 35 more" in kept  # the starved pods cut at five, not the page
+
+
+KEEP_FIRING_TESTS = {"procdelta.workload.rules.test.yml"}
+"""The rule tests whose verdicts are keep_firing_for's (an alert outlasting its pods): the
+vmalert file has none, by design."""
+
+
+def test_the_rule_tests_hold_for_the_vmalert_file_too(tmp_path):
+    """deploy/prometheus/procdelta.vmalert.rules.yml, the same rules without keep_firing_for,
+    gives every shape of the rule tests its verdict (promtool evaluates it as Prometheus
+    would; MetricsQL's own evaluation is tests/kernel/test_vmalert.py's): the pages that
+    replace each other, the node lost from sight, the tickets."""
+    vmalert = RULES.with_name("procdelta.vmalert.rules.yml")
+    (tmp_path / "procdelta.rules.yml").write_text(vmalert.read_text())
+    tests = [path for path in RULE_TESTS if path.name not in KEEP_FIRING_TESTS]
+    assert len(tests) == len(RULE_TESTS) - len(KEEP_FIRING_TESTS)
+    for path in tests:
+        (tmp_path / path.name).write_text(path.read_text())
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", *(path.name for path in tests)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(tests)
