@@ -24,6 +24,7 @@ except ImportError:  # no wheel for this machine: the standard library's
     import zlib as deflate  # type: ignore[no-redef]  # (the same functions, another module)
 
 from collector.aggregate import FootprintSums
+from collector.cpusets import parse_cpu_list
 from collector.groups import Group
 from collector.model import (
     CGROUP_FIELD_NAMES,
@@ -239,6 +240,31 @@ def group_families(shapes: Shapes) -> tuple[GroupFamily, ...]:
             )
         )
     return tuple(families)
+
+
+CPUSET_MEMBER_HELP = (
+    "1 for each CPU of each list `cpus` that procdelta_cpuset_cpus shows on this node (not "
+    "all), as `cpu`: joined on `cpu`, two groups share a CPU where their lists do."
+)
+
+
+def cpuset_members(
+    cpusets: Mapping[Group, CpuSet], known: dict[str, tuple[int, ...]] | None = None
+) -> Family:
+    """`procdelta_cpuset_member`: the CPUs of each distinct list among the groups' sets
+    (not `all`, which shares every CPU), so that PromQL can ask whether two lists overlap
+    (a daemon on `0-1` shares CPUs with a pod on `0-1,14-15`). A node has few lists (the
+    shared pool, each exclusive pod's, the reserved CPUs): at most a series for each of its
+    CPUs per list. `known` keeps each list's CPUs from pass to pass."""
+    known = {} if known is None else known
+    lists = sorted({s.cpus for s in cpusets.values() if s.cpus != "all"})
+    samples: list[Sample] = []
+    for cpus in lists:
+        if cpus not in known:
+            mask = parse_cpu_list(cpus.encode())
+            known[cpus] = tuple(cpu for cpu in range(mask.bit_length()) if mask >> cpu & 1)
+        samples += [("", (("cpus", cpus), ("cpu", str(cpu))), 1) for cpu in known[cpus]]
+    return Family("procdelta_cpuset_member", "gauge", CPUSET_MEMBER_HELP, tuple(samples))
 
 
 def _row_getter(source: str, fields: tuple[str, ...]) -> Callable[..., tuple]:
@@ -619,6 +645,10 @@ class PageRenderer:
             (f.source, [g for g in families if g.source == f.source].index(f)) for f in families
         ]
         self._families = families
+        # the sets' CPUs, one family for the node (with the cgroup fields, as the sets)
+        self._cpuset_members: dict[str, tuple[int, ...]] | None = (
+            {} if (shapes or Shapes()).cgroup else None
+        )
 
     def render(
         self,
@@ -641,5 +671,8 @@ class PageRenderer:
             (family.name, family.kind, family.help, blocks[source][index])
             for family, (source, index) in zip(self._families, self._order, strict=True)
         ]
+        if self._cpuset_members is not None:
+            members = cpuset_members(cpusets or {}, self._cpuset_members)
+            parts.append((members.name, members.kind, members.help, _sample_block(members)))
         parts += [(f.name, f.kind, f.help, _sample_block(f)) for f in _self_families(state)]
         return Page(tuple(parts))

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from collector.aggregate import FootprintSums
 from collector.exposition import (
+    CPUSET_MEMBER_HELP,
     Family,
     Page,
     SelfState,
@@ -52,8 +53,23 @@ def build_families(
             if (value := get(mapping[g])[0]) is not None
         )
         families.append(Family(family.name, family.kind, family.help, samples))
+    if (shapes or Shapes()).cgroup:
+        families.append(_cpuset_members(cpusets or {}))
     families.extend(_self_families(state))
     return families
+
+
+def _cpuset_members(cpusets: Mapping[Group, CpuSet]) -> Family:
+    """Each CPU of each distinct list but `all`, the lists in text order, CPUs in number
+    order: read off the list's ranges."""
+    samples = []
+    for cpus in sorted({s.cpus for s in cpusets.values()} - {"all"}):
+        numbers: list[int] = []
+        for part in cpus.split(","):
+            low, _, high = part.partition("-")
+            numbers += range(int(low), int(high or low) + 1)
+        samples += [("", (("cpus", cpus), ("cpu", str(n))), 1) for n in sorted(numbers)]
+    return Family("procdelta_cpuset_member", "gauge", CPUSET_MEMBER_HELP, tuple(samples))
 
 
 def _labelled(label: str, labels: tuple, value):

@@ -331,6 +331,8 @@ def node_families(fleet: Fleet, node: int) -> list[tuple[str, Series]]:
                 [(f"procdelta_cpuset_cpus{g.labels[:-1]},cpus=\"all\"}} ", 16, 0.0)
                  for g in groups])
     )  # fmt: skip
+    # and so no list but `all`: no CPU of a list
+    families.append(_family("procdelta_cpuset_member", "gauge", []))
     passes = 1 / PASS_SECONDS
     up = 86400.0 * (1 + node % 7)
     buckets = ["0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5",

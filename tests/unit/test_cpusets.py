@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from collector.cgroupfs import detect
 from collector.cpusets import Cpusets, cpu_set, format_cpu_list, parse_cpu_list
+from collector.exposition import cpuset_members
 from collector.groups import Group, Grouper
 from collector.model import CgroupFields, CpuSet, Fields, Malformed, ProcessReading
 from collector.podnames import PodNames
@@ -158,3 +159,28 @@ def test_own_threads_are_measured_against_the_cpus_the_group_may_use():
     )
     assert split[pod].run_delay_own_threads_nanos == 2 * S
     assert split[pod].run_delay_neighbours_nanos == 0
+
+
+def test_each_list_but_all_has_a_series_for_each_of_its_cpus():
+    """The static CPU manager's default: the reserved CPUs 0-1 stay in the shared pool
+    0-1,14-15, a daemon runs on 0-1, a pod has 2-13 of its own. Joined on `cpu`, the
+    daemon's list and the pool's share CPUs 0 and 1, the pinned pod's shares none; `all`
+    (every CPU) has no series, and a list two groups show is written once."""
+    sets = {
+        Group("pod", (("pod", "api"),)): CpuSet("0-1,14-15", 4),
+        Group("pod", (("pod", "web"),)): CpuSet("0-1,14-15", 4),
+        Group("cgroup", (("cgroup", "/agent.service"),)): CpuSet("0-1", 2),
+        Group("pod", (("pod", "ml"),)): CpuSet("2-13", 12),
+        Group("pod", (("pod", "any"),)): CpuSet("all", 16),
+    }
+    family = cpuset_members(sets)
+    assert family.name == "procdelta_cpuset_member"
+    cpus: dict[str, set[int]] = {}
+    for suffix, labels, value in family.samples:
+        assert (suffix, value, [name for name, _ in labels]) == ("", 1, ["cpus", "cpu"])
+        cpus.setdefault(labels[0][1], set()).add(int(labels[1][1]))
+    assert cpus == {"0-1": {0, 1}, "0-1,14-15": {0, 1, 14, 15}, "2-13": set(range(2, 14))}
+    assert len(family.samples) == 2 + 4 + 12
+    assert cpus["0-1"] & cpus["0-1,14-15"] == {0, 1}
+    assert not cpus["2-13"] & (cpus["0-1"] | cpus["0-1,14-15"])
+    assert cpuset_members({Group("pod", (("pod", "any"),)): CpuSet("all", 16)}).samples == ()
