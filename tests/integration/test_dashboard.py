@@ -25,6 +25,8 @@ PANELS = [p for p in MODEL["panels"] if p["type"] != "row"]
 EXPRESSIONS = [(p["title"], t["expr"]) for p in PANELS for t in p["targets"]]
 SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)?\{([^{}]*)\}")
 POD_SERIES = re.compile(r"^(node_namespace_pod:|namespace_workload_pod:|procdelta_footprint_)")
+OWNER = "namespace_workload_pod:procdelta_pod_owner:relabel"
+"""The rules' pod -> workload map, which the panels join on to keep selected workloads."""
 SELF_COUNTERS = {
     "procdelta_pass_duration_seconds_bucket",
     "procdelta_passes_total",
@@ -121,6 +123,20 @@ def test_every_series_a_panel_reads_is_of_the_selected_nodes_or_namespaces():
         for metric, labels in SELECTOR.findall(expr):
             if "procdelta" in metric:
                 assert "$node" in labels or "$namespace" in labels, (title, metric, labels)
+
+
+def test_opened_from_a_node_page_the_panels_show_that_node():
+    """A node page's `dashboard_url` sets `var-node` and, for each of its starved pods (the
+    five the text names), `var-namespace` and `var-pod` (deploy/prometheus/*.test.yml hold
+    the URLs): pods of that node. So every selector of procdelta's series in a panel carries
+    `$node` or `$pod`, but the pod -> workload map (a filter that keeps the selected pods of
+    the selected workloads) and the panels of workloads, whose pods run on many nodes."""
+    for title, expr in EXPRESSIONS:
+        if title.startswith("Workload"):
+            continue
+        for metric, labels in SELECTOR.findall(expr):
+            if "procdelta" in metric and metric != OWNER:
+                assert "$node" in labels or 'pod=~"$pod"' in labels, (title, metric, labels)
 
 
 def variable_definitions() -> list[str]:
