@@ -83,6 +83,12 @@ _STATS = struct.Struct("=H6xB15xQ40xQ48xII8xQQQ8xQ64xQQ8xQQ80xI4xQ")
 # netlink header, AGGR_PID, its PID attribute and value, the STATS attribute's header
 _MESSAGE = struct.Struct("=IHHIIBBHHHHHIHH")
 _STATS_AT = _MESSAGE.size
+# The two in one unpack: a message of one exit record, whole (`ExitListener._take_one`)
+_WHOLE = struct.Struct(_MESSAGE.format + _STATS.format[1:])
+_WHOLE_BYTES = _WHOLE.size
+_STATS_ATTRIBUTE_BYTES = 4 + _STATS.size  # the STATS attribute, at least
+_STATS_END = _STATS_AT - 4  # where the STATS attribute begins
+_COMM_AT = _STATS_AT + 80  # ac_comm, 16 bytes
 # A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
 _PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
@@ -406,15 +412,17 @@ where its record is the first after a quiet spell. A wake-up costs the thread ~8
 VM (docs/performance.md, "Exit records"): 20 a second, 1.6 ms a second."""
 
 
-_GATHER_SECONDS = (0.002, 0.05)
+_GATHER_SECONDS = (0.002, 0.2)
 """How long the listener lets records gather once some came (`_listen`), at least and at
-most: a wake-up of its thread costs more than taking many records (~80 µs on a VM against
-~3.5 µs a record), so records are taken in batches of about `_BATCH`, as long as the rate
-asks within these bounds; a record may wait that much longer in the socket (its
-`waited_ns` says so), the socket's buffer holds it (at 40,000 exits a second, 5 ms:
-200 records, 0.5 MB of the 32 MB the default asks), and a pass that begins takes what is
-there (`pass_began`)."""
-_BATCH = 100
+most: a wake-up of its thread costs more than taking many records (~110 µs on a VM, the
+sleep's and the first record's cold caches, against ~3.5 µs a record after it), so records
+are taken in batches of about `_BATCH`, as long as the rate asks within these bounds (at
+1,000 exits a second, 10 wake-ups a second); a record may wait that much longer in the
+socket (its `waited_ns` says so: a thread begun within it of a pass's end is queued for the
+pass, not folded), the socket's buffer holds it (at 40,000 exits a second, 5 ms: 200
+records, 0.5 MB of the 32 MB the default asks), and a pass that begins takes what is there
+(`pass_began`)."""
+_BATCH = 200
 
 
 def _boottime_ns() -> int:
@@ -622,7 +630,7 @@ class ExitListener:
             if came:  # toward batches of `_BATCH` records, within the bounds
                 low, high = _GATHER_SECONDS
                 gather = min(high, max(low, gather * _BATCH / came))
-                time.sleep(gather)
+                self._closed.wait(gather)  # (closing ends it at once)
             else:
                 self._wait()
 
@@ -666,7 +674,7 @@ class ExitListener:
                         refused=self.refused,
                     )  # fmt: skip
                     for stats in stats_of:
-                        self._take_stats(stats, 0, now, waited)
+                        self._take_stats(stats, now, waited)
                 except Exception:  # a datagram no kernel sends: listening goes on
                     self.refused["malformed"] += 1
                     if self.refused["malformed"] == 1:
@@ -674,12 +682,17 @@ class ExitListener:
 
     def _take_one(self, buffer: bytearray, size: int, now: int, waited: int) -> bool:
         """Take a datagram of one exit record in the kernel's own layout (its message, its
-        AGGR_PID's PID and STATS, in that order), at the cost of two unpacks; False for
-        anything else, which `parse_messages` then reads (and refuses where it must)."""
-        if size < _STATS_AT + _STATS.size:
+        AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack:
+        folded (`Fold`) where it is a thread's, not its process's last task, that no pass
+        read nor will read, else queued for the next pass (`_queued`). False for anything
+        else, which `parse_messages` then reads (and refuses where it must): a process's
+        last task comes so, its AGGR_TGID beside, and is queued."""
+        if size < _WHOLE_BYTES:
             return False
         (length, kind, _, _, _, command, _, _, _, aggregate, pid_length, pid_kind, pid,
-         stats_length, stats_kind) = _MESSAGE.unpack_from(buffer, 0)  # fmt: skip
+         stats_length, stats_kind, version, flag, delay, run, task, ppid, lived_us, utime_us,
+         stime_us, majflt, read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
+         group_lived_us) = _WHOLE.unpack_from(buffer, 0)  # fmt: skip
         if not (
             kind == self.family
             and command == TASKSTATS_CMD_NEW
@@ -687,70 +700,58 @@ class ExitListener:
             and pid_length == 8
             and pid_kind == TASKSTATS_TYPE_PID
             and stats_kind == TASKSTATS_TYPE_STATS
-            and stats_length >= 4 + _STATS.size
-            and _STATS_AT - 4 + stats_length <= length
-            and (length + 3) & ~3 >= size
-            and length <= size
+            and stats_length >= _STATS_ATTRIBUTE_BYTES
+            and _STATS_END + stats_length <= length <= size <= (length + 3) & ~3
+            and version >= _TGID_VERSION
+            and task == pid
         ):
-            return False
-        return self._take_stats(buffer, _STATS_AT, now, waited, pid)
-
-    def _take_stats(
-        self, data: bytes | bytearray, at: int, now: int, waited: int, pid: int | None = None
-    ) -> bool:
-        """One record (`struct taskstats` at `at`), taken: folded (`Fold`) where it is a
-        thread's, not its process's last task, that no pass read nor will read, else
-        queued for the next pass (at most MAX_QUEUED: past it, dropped and counted). False
-        where it names another task than `pid`, the message's own."""
-        fields = _STATS.unpack_from(data, at) if len(data) - at >= _STATS.size else None
-        if fields is None or fields[0] < _TGID_VERSION:  # an older kernel's: no fold
-            packed = pack_stats(bytes(data[at:]), now, waited)
-            if packed is None:
-                self.refused["malformed"] += 1
-                return True
-            return self._queued(packed, _PACKED.unpack(packed)[2])
-        (_, flag, delay, run, task, ppid, lived_us, utime_us, stime_us, majflt, read_bytes,
-         write_bytes, voluntary, nonvoluntary, tgid, group_lived_us) = fields  # fmt: skip
-        if pid is not None and task != pid:
             return False
         last = bool(flag & AGROUP)
         born_after, listing_from = self._born_after, self._listing_from
         if (
-            not last
-            and tgid != task
-            and born_after is not None
-            and now - lived_us * 1000 - waited > born_after
-            and (listing_from is None or now < listing_from)
+            last
+            or tgid == task
+            or born_after is None
+            or now - lived_us * 1000 - waited <= born_after
+            or (listing_from is not None and now >= listing_from)
         ):
-            start_ns = now - group_lived_us * 1000
-            fold = self._folds.get(tgid)
-            if fold is None or not fold.same_process(start_ns, waited):
-                if fold is not None:
-                    self._folds_done.append(fold)
-                born = start_ns - waited > born_after
-                fold = self._folds[tgid] = Fold(tgid, ppid, start_ns, waited, born)
-            elif waited > fold.waited_ns:
-                fold.waited_ns = waited
-            fold.tasks += 1
-            fold.on_cpu_ns += run
-            fold.run_delay_ns += delay
-            fold.voluntary_switches += voluntary
-            fold.nonvoluntary_switches += nonvoluntary
-            fold.read_bytes += read_bytes
-            fold.write_bytes += write_bytes
-            fold.utime_us += utime_us
-            fold.stime_us += stime_us
-            fold.major_faults += majflt
-            self.folded += 1
-            self.received += 1
-            return True
-        comm = bytes(data[at + 80 : at + 96])
-        packed = _PACKED.pack(
-            task, tgid, ppid, last, comm, now, lived_us * 1000, group_lived_us * 1000,
-            run, delay, voluntary, nonvoluntary, read_bytes, write_bytes, utime_us,
-            stime_us, majflt, waited,
-        )  # fmt: skip
-        return self._queued(packed, ppid)
+            packed = _PACKED.pack(
+                task, tgid, ppid, last, bytes(buffer[_COMM_AT : _COMM_AT + 16]), now,
+                lived_us * 1000, group_lived_us * 1000, run, delay, voluntary, nonvoluntary,
+                read_bytes, write_bytes, utime_us, stime_us, majflt, waited,
+            )  # fmt: skip
+            return self._queued(packed, ppid)
+        start_ns = now - group_lived_us * 1000
+        fold = self._folds.get(tgid)
+        if fold is None or not fold.same_process(start_ns, waited):
+            if fold is not None:
+                self._folds_done.append(fold)
+            born = start_ns - waited > born_after
+            fold = self._folds[tgid] = Fold(tgid, ppid, start_ns, waited, born)
+        elif waited > fold.waited_ns:
+            fold.waited_ns = waited
+        fold.tasks += 1
+        fold.on_cpu_ns += run
+        fold.run_delay_ns += delay
+        fold.voluntary_switches += voluntary
+        fold.nonvoluntary_switches += nonvoluntary
+        fold.read_bytes += read_bytes
+        fold.write_bytes += write_bytes
+        fold.utime_us += utime_us
+        fold.stime_us += stime_us
+        fold.major_faults += majflt
+        self.folded += 1
+        self.received += 1
+        return True
+
+    def _take_stats(self, data: bytes, now: int, waited: int) -> None:
+        """One record (`struct taskstats`) of a message `_take_one` does not take: queued
+        for the next pass (any version the kernel writes), or refused where too short."""
+        packed = pack_stats(data, now, waited)
+        if packed is None:
+            self.refused["malformed"] += 1
+        else:
+            self._queued(packed, _PACKED.unpack_from(packed)[2])
 
     def _queued(self, packed: bytes, ppid: int) -> bool:
         """Queue one record for the next pass, by its task's parent. Past MAX_QUEUED, one
