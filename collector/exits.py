@@ -88,7 +88,6 @@ _WHOLE = struct.Struct(_MESSAGE.format + _STATS.format[1:])
 _WHOLE_BYTES = _WHOLE.size
 _STATS_ATTRIBUTE_BYTES = 4 + _STATS.size  # the STATS attribute, at least
 _STATS_END = _STATS_AT - 4  # where the STATS attribute begins
-_COMM_AT = _STATS_AT + 80  # ac_comm, 16 bytes
 # A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
 _PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
@@ -408,8 +407,8 @@ _WAKE_SECONDS = 0.05
 was closed, and that it is still empty): the bound on how long a record may have waited
 there (`ExitRecord.waited_ns`) is this long at most while the socket is quiet. (Netlink
 gives no receive timestamp.) A task born this long after a pass ended counts whole even
-where its record is the first after a quiet spell. A wake-up costs the thread ~80 µs on a
-VM (docs/performance.md, "Exit records"): 20 a second, 1.6 ms a second."""
+where its record is the first after a quiet spell. A wake-up on a quiet socket costs the
+thread ~50 µs on a VM (docs/performance.md, "Exit records"): 20 a second, 1 ms a second."""
 
 
 _GATHER_SECONDS = (0.002, 0.2)
@@ -417,12 +416,16 @@ _GATHER_SECONDS = (0.002, 0.2)
 most: a wake-up of its thread costs more than taking many records (~110 µs on a VM, the
 sleep's and the first record's cold caches, against ~3.5 µs a record after it), so records
 are taken in batches of about `_BATCH`, as long as the rate asks within these bounds (at
-1,000 exits a second, 10 wake-ups a second); a record may wait that much longer in the
+1,000 exits a second, 5 wake-ups a second); a record may wait that much longer in the
 socket (its `waited_ns` says so: a thread begun within it of a pass's end is queued for the
 pass, not folded), the socket's buffer holds it (at 40,000 exits a second, 5 ms: 200
 records, 0.5 MB of the 32 MB the default asks), and a pass that begins takes what is there
 (`pass_began`)."""
 _BATCH = 200
+MAX_WAIT_SECONDS = max(_WAKE_SECONDS, _GATHER_SECONDS[1])
+"""The longest a record may wait in the socket while the listener keeps up (its
+`waited_ns` at most): a task begun less than this after a pass began listing may be one it
+read, and its record cannot say otherwise."""
 
 
 def _boottime_ns() -> int:
@@ -682,11 +685,10 @@ class ExitListener:
 
     def _take_one(self, buffer: bytearray, size: int, now: int, waited: int) -> bool:
         """Take a datagram of one exit record in the kernel's own layout (its message, its
-        AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack:
-        folded (`Fold`) where it is a thread's, not its process's last task, that no pass
-        read nor will read, else queued for the next pass (`_queued`). False for anything
-        else, which `parse_messages` then reads (and refuses where it must): a process's
-        last task comes so, its AGGR_TGID beside, and is queued."""
+        AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack
+        (`_take`). False for anything else, which `parse_messages` then reads (and refuses
+        where it must): a process's last task's message, its AGGR_TGID beside, or a STATS
+        attribute after a pad (`nla_reserve_64bit` where unaligned access is slow)."""
         if size < _WHOLE_BYTES:
             return False
         (length, kind, _, _, _, command, _, _, _, aggregate, pid_length, pid_kind, pid,
@@ -706,6 +708,36 @@ class ExitListener:
             and task == pid
         ):
             return False
+        self._take(
+            now, waited, buffer, _STATS_AT, flag, delay, run, task, ppid, lived_us, utime_us,
+            stime_us, majflt, read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
+            group_lived_us,
+        )  # fmt: skip
+        return True
+
+    def _take_stats(self, data: bytes, now: int, waited: int) -> None:
+        """One record (`struct taskstats`) of a message `_take_one` does not take: folded
+        or queued as `_take` decides where it is of version 12 or later, else queued (an
+        older kernel's names no process: no fold), or refused where too short."""
+        fields = _STATS.unpack_from(data, 0) if len(data) >= _STATS.size else None
+        if fields is not None and fields[0] >= _TGID_VERSION:
+            self._take(now, waited, data, 0, *fields[1:])
+            return
+        packed = pack_stats(data, now, waited)
+        if packed is None:
+            self.refused["malformed"] += 1
+        else:
+            self._queued(packed, _PACKED.unpack_from(packed)[2])
+
+    def _take(
+        self, now: int, waited: int, data: bytes | bytearray, at: int, flag: int, delay: int,
+        run: int, task: int, ppid: int, lived_us: int, utime_us: int, stime_us: int,
+        majflt: int, read_bytes: int, write_bytes: int, voluntary: int, nonvoluntary: int,
+        tgid: int, group_lived_us: int,
+    ) -> None:  # fmt: skip
+        """One record of version 12 or later (its `struct taskstats` at `at`, its fields
+        unpacked), taken: folded (`Fold`) where it is a thread's, not its process's last
+        task, that no pass read nor will read, else queued for the next pass (`_queued`)."""
         last = bool(flag & AGROUP)
         born_after, listing_from = self._born_after, self._listing_from
         if (
@@ -715,12 +747,14 @@ class ExitListener:
             or now - lived_us * 1000 - waited <= born_after
             or (listing_from is not None and now >= listing_from)
         ):
+            comm = bytes(data[at + 80 : at + 96])
             packed = _PACKED.pack(
-                task, tgid, ppid, last, bytes(buffer[_COMM_AT : _COMM_AT + 16]), now,
-                lived_us * 1000, group_lived_us * 1000, run, delay, voluntary, nonvoluntary,
-                read_bytes, write_bytes, utime_us, stime_us, majflt, waited,
+                task, tgid, ppid, last, comm, now, lived_us * 1000, group_lived_us * 1000,
+                run, delay, voluntary, nonvoluntary, read_bytes, write_bytes, utime_us,
+                stime_us, majflt, waited,
             )  # fmt: skip
-            return self._queued(packed, ppid)
+            self._queued(packed, ppid)
+            return
         start_ns = now - group_lived_us * 1000
         fold = self._folds.get(tgid)
         if fold is None or not fold.same_process(start_ns, waited):
@@ -742,16 +776,6 @@ class ExitListener:
         fold.major_faults += majflt
         self.folded += 1
         self.received += 1
-        return True
-
-    def _take_stats(self, data: bytes, now: int, waited: int) -> None:
-        """One record (`struct taskstats`) of a message `_take_one` does not take: queued
-        for the next pass (any version the kernel writes), or refused where too short."""
-        packed = pack_stats(data, now, waited)
-        if packed is None:
-            self.refused["malformed"] += 1
-        else:
-            self._queued(packed, _PACKED.unpack_from(packed)[2])
 
     def _queued(self, packed: bytes, ppid: int) -> bool:
         """Queue one record for the next pass, by its task's parent. Past MAX_QUEUED, one

@@ -16,7 +16,7 @@ import pytest
 
 from collector.cli import build_engine
 from collector.engine import Engine, PassResult
-from collector.exits import ExitListener
+from collector.exits import MAX_WAIT_SECONDS, ExitListener
 from collector.model import Fields
 from collector.tracker import START_TOLERANCE_NS
 from tests.kernel.test_kernel import pod, pod_interval  # noqa: F401 (the fixture)
@@ -82,7 +82,7 @@ def test_short_lives_are_counted_whole(pod, kind, tmp_path):  # noqa: F811 (the 
             plain.run_pass()
             # the first pass is the baseline: the lives begin well after it listed (a task
             # begun within a record's wait of that may be one it read: not counted whole)
-            time.sleep(0.2)
+            time.sleep(2 * MAX_WAIT_SECONDS)
             work.process.stdin.write(f"lives {kind} 3 40 {report} 3\n")
             work.process.stdin.flush()
             heard: list[PassResult] = []

@@ -22,7 +22,7 @@ import pytest
 
 from collector.cli import build_engine
 from collector.engine import PassResult
-from collector.exits import ExitListener
+from collector.exits import MAX_WAIT_SECONDS, ExitListener
 from collector.model import Fields
 from tests.cgroups import cgroup, enter
 from tests.kernel.test_exits_kernel import close, outcomes_of, pod_sums
@@ -91,10 +91,10 @@ def counted(made: dict, command: list[str], cwd: str | None = None) -> tuple[Fie
         assert isinstance(engine.exits, ExitListener), "no exit records here"
         engine.run_pass()
         # The first pass is the baseline: a task begun less than a record may wait in the
-        # socket (the listener's wake-up, 50 ms) after it began listing may be one it read,
-        # and its record does not count it whole (docs/reference.md §2). The command starts
-        # well after, as a node's processes do after procdelta's start.
-        time.sleep(0.2)
+        # socket (MAX_WAIT_SECONDS) after it began listing may be one it read, and its
+        # record does not count it whole (docs/reference.md §2). The command starts well
+        # after, as a node's processes do after procdelta's start.
+        time.sleep(2 * MAX_WAIT_SECONDS)
         line = f'{enter(made["cgroup"])} && exec "$@"'
         work = subprocess.Popen(
             ["sh", "-c", line, "sh", *command],
@@ -195,7 +195,7 @@ def test_a_make_j2_build_counts_in_its_pod(pod, tmp_path):  # noqa: F811
 # tenant prints P's PID and C's CPU, and waits for a line.
 TENANT = """
 import os, sys, time
-time.sleep(0.1)  # begun well after the pass before
+time.sleep(0.5)  # begun well after the pass before (more than a record may wait)
 r, w = os.pipe()
 p = os.fork()
 if p == 0:
