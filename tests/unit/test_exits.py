@@ -375,3 +375,33 @@ def test_past_the_bound_the_parent_with_the_most_loses_even_after_it_lost_some(m
     assert len(records) == 20 and listener.dropped == 40
     assert abs(kept[100] - kept[200]) <= 1 and max(kept.values()) <= 2
     listener._socket.close()
+
+
+def test_a_record_after_a_pad_attribute_is_folded_as_any():
+    """Where unaligned access is slow the kernel pads the STATS attribute to 8 bytes
+    (`nla_reserve_64bit`: a TASKSTATS_TYPE_NULL attribute before it). Such a message is not
+    the layout `_take_one` reads in one unpack; `parse_messages` reads it, and its record
+    is folded or queued as the same record unpadded would be."""
+    kernel, clock = Netlink(), Clock(10 * SEC)
+    listener = ExitListener(clock=clock, sock=kernel, family=FAMILY).listen()
+    ms = 1000  # µs
+    try:
+        listener.pass_read(9 * SEC)
+        for pid, last in ((500, False), (400, True)):
+            stats = taskstats(pid, 400, ppid=7, last=last, lived_us=10 * ms,
+                              group_lived_us=500 * ms, on_cpu=1000)  # fmt: skip
+            padded = attribute(
+                TASKSTATS_TYPE_AGGR_PID,
+                attribute(TASKSTATS_TYPE_PID, struct.pack("=I", pid))
+                + attribute(0, b"")  # TASKSTATS_TYPE_NULL, the pad
+                + attribute(TASKSTATS_TYPE_STATS, stats),
+            )
+            kernel.send(message(padded))
+        taken(listener, 2)
+        records, folds = listener.take()
+    finally:
+        listener.close()
+        kernel.close()
+    assert [r.pid for r in records] == [400]  # its process's last task: queued
+    assert [(f.tgid, f.tasks, f.on_cpu_ns, f.born) for f in folds] == [(400, 1, 1000, True)]
+    assert listener.folded == 1 and not listener.refused
