@@ -258,6 +258,8 @@ def cpuset_members(
     CPUs per list. `known` keeps each list's CPUs from pass to pass."""
     known = {} if known is None else known
     lists = sorted({s.cpus for s in cpusets.values() if s.cpus != "all"})
+    for gone in known.keys() - set(lists):  # no group shows it any more
+        del known[gone]
     samples: list[Sample] = []
     for cpus in lists:
         if cpus not in known:
