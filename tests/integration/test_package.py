@@ -1,5 +1,5 @@
 """The package's shape: no import circle, the benchmark out of the collector's import
-graph, one version."""
+graph, one version; its annotations checked and its lint clean."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "collector"
@@ -138,6 +140,17 @@ def test_the_annotations_check():
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert result.stdout.startswith("Success: no issues found in ")
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=" ".join)
+def test_the_tree_is_ruff_clean(command):
+    """`ruff check` and `ruff format --check` over the repository at `[tool.ruff]`'s rules:
+    what docs/development.md says every commit is, run where CI runs the tests."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "."],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
 def test_each_mutant_of_the_catalogue_finds_its_code():
