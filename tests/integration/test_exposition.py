@@ -6,6 +6,8 @@ Rewrite the golden page after an intended change with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -109,22 +111,51 @@ PER_GROUP = (
 )
 
 
-@pytest.mark.parametrize(
-    ("shapes", "pressure", "per_pod"),
-    [
-        (Shapes(), True, 50),
-        (Shapes(), False, 40),  # the split's three parts and their whole, both shapes
-        (Shapes(interval_gauges=False), True, 26),
-        (Shapes(interval_gauges=False), "cpu", 22),  # the chart's fleet profile
-        (Shapes(cgroup=False), True, 24),
-        (Shapes(cgroup=False, interval_gauges=False), True, 13),
-    ],
-)
-def test_series_per_pod_for_each_switch_setting(shapes, pressure, per_pod):
-    """docs/performance.md's table: how many per-group families a setting fills, so at
-    most that many series per pod (a pod with every source has one in each), but for why
-    it waited, which a group has on one basis only (collector/waits.py): the fixture fills
-    both. Every family is filled by some group of the fixture."""
+PERFORMANCE = Path(__file__).parents[2] / "docs" / "performance.md"
+SWITCHES = {
+    "default": (Shapes(), True),
+    "`--no-export.interval-gauges`": (Shapes(interval_gauges=False), True),
+    "`--no-export.totals`": (Shapes(totals=False), True),
+    "`--no-collector.cgroup`": (Shapes(cgroup=False), True),
+    # the split's three parts and their whole, both shapes
+    "`--no-collector.cgroup.pressure`": (Shapes(), False),
+    "`--no-export.interval-gauges --collector.cgroup.pressure.cpu-only` (the chart's fleet "
+    "profile)": (Shapes(interval_gauges=False), "cpu"),
+    "`--no-collector.cgroup --no-export.interval-gauges` (the leanest)": (
+        Shapes(cgroup=False, interval_gauges=False),
+        True,
+    ),
+}
+"""Each row of docs/performance.md's "Series and bytes per pod" table: the switches it
+names, as the page's shapes and the cgroup pressure read (all, none, the CPU's). The row of
+`--per-container` (a pod of two containers, one of them without processes) is not one
+group's families: not here."""
+
+
+def series_table() -> list[tuple[str, int, int | None]]:
+    """The table's rows: (switch, series a pod, series for 110 pods where given)."""
+    text = PERFORMANCE.read_text()
+    table = text[text.index("| switch | series/pod |") :].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0].startswith("`--per-container`"):
+            continue
+        per_pod = int(cells[1].strip("*"))
+        fleet = int(cells[3].replace(",", "")) if cells[3] else None
+        rows.append((cells[0], per_pod, fleet))
+    return rows
+
+
+@pytest.mark.parametrize(("switch", "per_pod", "fleet"), series_table(), ids=lambda x: str(x))
+def test_series_per_pod_for_each_switch_setting(switch, per_pod, fleet):
+    """docs/performance.md's table, each row's numbers read from it: how many per-group
+    families a setting fills, so at most that many series per pod (a pod with every source
+    has one in each), but for why it waited, which a group has on one basis only
+    (collector/waits.py): the fixture fills both. Every family is filled by some group of
+    the fixture. The series for 110 pods are 110 times as many."""
+    shapes, pressure = SWITCHES[switch]
+    assert fleet is None or fleet == 110 * per_pod, switch
     run = FixtureRun(cgroups=shapes.cgroup)
     if run.engine.cgroupfs is not None:
         run.engine.cgroupfs.pressure = bool(pressure)
@@ -184,3 +215,9 @@ def test_a_histogram_observation_on_a_bound_counts_in_that_bucket():
     histogram = Histogram.empty((0.1, 1.0)).observe(0.1).observe(1.0).observe(1.5)
     assert histogram.counts == (1, 2, 3) and histogram.count == 3
     assert histogram.total == 2.6
+
+
+def test_the_series_table_has_a_row_for_each_switch_setting():
+    """Every setting the test above knows is a row of the table, and every row one it
+    knows: a row added to the docs is checked, or this fails."""
+    assert [row[0] for row in series_table()] == list(SWITCHES)
