@@ -154,7 +154,7 @@ class Fields:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Fields))
-"""The eleven fields of docs/reference.md §3, in order."""
+"""The fields of docs/reference.md §3, in order."""
 
 COUNTER_FIELD_NAMES: tuple[str, ...] = FIELD_NAMES[1:]
 """Every field but `processes`: the ones accumulated as `_total` counters."""

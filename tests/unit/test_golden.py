@@ -69,7 +69,7 @@ def test_pods_only_drops_cgroup_groups():
 
 
 def test_cli_once_json_over_the_fixture_tree():
-    """The installed command over a static tree: every group, all eleven fields, no deltas."""
+    """The installed command over a static tree: every group, every field, no deltas."""
     runner = CliRunner()
     args = [
         "once",
