@@ -180,3 +180,17 @@ def test_every_module_is_mutated_or_named_as_not():
     said = guide.split("## Mutation testing", 1)[1].split("(`[tool.mutmut]`", 1)[0]
     said = said.split("Beside it, mutmut mutates", 1)[1]
     assert mutated == set(re.findall(r"`(?:collector/)?([\w/]+(?:\.py|/))`", said))
+
+
+def test_tests_make_readings_one_way():
+    """Every test builds a `ProcessReading` or `ThreadReading` through tests/readings.py,
+    keyword-only: a field added to either is added there once."""
+    calls = re.compile(r"\b(ProcessReading|ThreadReading)\(")
+    builders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in (ROOT / "tests").rglob("*.py")
+        if path.name != "readings.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if calls.search(line) and not line.lstrip().startswith(("class ", "def ", "#"))
+    ]
+    assert builders == []

@@ -21,7 +21,7 @@ from collector import webconfig
 from collector.exporter import VIEWS_PER_SECOND, Budget, ViewAnswers, json_by_rows, make_server
 from collector.groups import Group
 from collector.listener import MAX_ASIDE, Limits
-from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading, ThreadReading
+from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading
 from collector.passloop import PassLoop
 from collector.processes import (
     DEFAULT_LIMIT,
@@ -38,6 +38,7 @@ from collector.wiring import Options, build_engine
 from tests.cgroups import Workload, cgroup
 from tests.integration.test_serve import CountingEngine, serving
 from tests.net import free_port, request, start_serve, wait_until
+from tests.readings import process_reading, thread_reading
 
 
 def test_a_query_defaults_to_the_twenty_longest_waits():
@@ -561,8 +562,8 @@ def _gauge(page: str, family: str, uid: str) -> int:
 
 
 def _reading(pid: int, cgroup: bytes = b"0::/a\n", threads: int = 1) -> ProcessReading:
-    thread = ThreadReading(pid, 1, 0, 0, 0, 0, 0, 0, 0)
-    return ProcessReading(pid, f"p{pid}", 1, 0, 0, 0, 0, 0, cgroup, (thread,) * threads)
+    leader = thread_reading(tid=pid)
+    return process_reading(pid=pid, comm=f"p{pid}", cgroup=cgroup, threads=(leader,) * threads)
 
 
 def _block(cgroup: bytes, members: dict[int, ProcessReading], observed: int) -> CarriedDelta:

@@ -19,6 +19,7 @@ from collector.model import CgroupFields, CpuSet, Fields, Malformed, ProcessRead
 from collector.podnames import PodNames
 from collector.tracker import ProcessDelta
 from collector.waits import NodeInterval, split_run_delay, with_waits
+from tests.readings import process_reading
 
 S = 1_000_000_000
 
@@ -62,7 +63,7 @@ def test_a_set_is_all_where_it_is_the_nodes_whole_set():
 
 
 def reading(pid: int, cgroup: str) -> ProcessReading:
-    return ProcessReading(pid, "p", 1, 0, 0, 0, 0, 0, cgroup.encode(), ())
+    return process_reading(pid=pid, cgroup=cgroup.encode(), threads=())
 
 
 def delta(pid: int, cgroup: str, on_cpu: int) -> ProcessDelta:

@@ -25,7 +25,6 @@ from collector.model import (
     Malformed,
     Pressure,
     ProcessReading,
-    ThreadReading,
 )
 from collector.parse import (
     parse_cgroup,
@@ -43,6 +42,7 @@ from collector.reading import Reader
 from collector.readings import Carried
 from collector.tracker import Tracker
 from tests.fixturetree import FIXTURES
+from tests.readings import THREAD_COUNTERS, process_reading, thread_reading
 
 PARSERS = [parse_stat, parse_start_ticks, parse_schedstat, parse_status_switches, parse_io,
            parse_cgroup, parse_flat_keyed, parse_single_value, parse_pressure]  # fmt: skip
@@ -225,11 +225,16 @@ def pass_sequence(draw):
                     else max(start, draw(st.integers(0, at // TICK_NS)))
                 )
                 values = draw(counters(tuple(before[2:]) if before else None, 7))
-                threads.append(ThreadReading(tid, thread_start, *values))
+                counters_of = dict(zip(THREAD_COUNTERS, values, strict=True))
+                threads.append(thread_reading(tid=tid, start_ticks=thread_start, **counters_of))
             stat = draw(
                 counters((old.utime_ticks, old.stime_ticks, old.major_faults) if same else None, 3)
             )
-            reading = ProcessReading(pid, "p", start, at, *stat, 0, b"0::/\n", tuple(threads))
+            utime, stime, faults = stat
+            reading = process_reading(
+                pid=pid, start_ticks=start, at_ns=at, utime_ticks=utime, stime_ticks=stime,
+                major_faults=faults, threads=threads,
+            )  # fmt: skip
             readings.append(reading)
             alive[pid] = reading
         passes.append((listed_at, readings))
@@ -356,9 +361,9 @@ def test_carried_blocks_count_each_process_from_its_own_last_instant():
                 if choice == "read":
                     cgroup = before[0].cgroup if before else data.draw(st.sampled_from(cgroups))
                     user = before[0].utime_ticks + data.draw(st.integers(0, 3)) if before else 0
-                    reading = ProcessReading(
-                        pid, "p", 1, now + 2000 + pid, user, 0, 0, 0, cgroup,
-                        (ThreadReading(pid, 1, 0, 0, 1, 0, 0, 0, 0),),
+                    reading = process_reading(
+                        pid=pid, at_ns=now + 2000 + pid, utime_ticks=user, cgroup=cgroup,
+                        threads=(thread_reading(tid=pid, timeslices=1),),
                     )  # fmt: skip
                     read.append(reading)
                 elif choice == "carry":

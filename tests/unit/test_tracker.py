@@ -10,6 +10,7 @@ import pytest
 from collector.model import ProcessReading, ThreadReading
 from collector.readings import Carried
 from collector.tracker import Advance, Tracker
+from tests.readings import process_reading, thread_reading
 
 HZ = 100
 TICK_NS = 10_000_000
@@ -17,24 +18,19 @@ SEC = 1_000_000_000
 
 
 def thread(tid, start, cpu=0, delay=0, vol=0, invol=0, rd=0, wr=0) -> ThreadReading:
-    return ThreadReading(tid, start, cpu, delay, 0, vol, invol, rd, wr)
+    return thread_reading(
+        tid=tid, start_ticks=start, on_cpu_ns=cpu, run_delay_ns=delay,
+        voluntary_switches=vol, nonvoluntary_switches=invol, read_bytes=rd, write_bytes=wr,
+    )  # fmt: skip
 
 
 def proc(pid, start, at, user=0, system=0, faults=0, threads=None) -> ProcessReading:
     if threads is None:
         threads = (thread(pid, start),)
-    return ProcessReading(
-        pid=pid,
-        comm="p",
-        start_ticks=start,
-        at_ns=at,
-        utime_ticks=user,
-        stime_ticks=system,
-        major_faults=faults,
-        rss_bytes=0,
-        cgroup=b"0::/\n",
-        threads=tuple(threads),
-    )
+    return process_reading(
+        pid=pid, start_ticks=start, at_ns=at, utime_ticks=user, stime_ticks=system,
+        major_faults=faults, threads=threads,
+    )  # fmt: skip
 
 
 def carry(*readings: ProcessReading) -> list[Carried]:
