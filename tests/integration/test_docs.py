@@ -677,3 +677,18 @@ def test_the_golden_update_command_names_every_golden_test():
         if re.search(r"def test_\w+\([^)]*\bupdate_golden\b", path.read_text())
     }
     assert commands and all(set(command.split()) == writers for command in commands)
+
+
+def test_every_test_file_says_what_it_holds():
+    """`python -m tests.tools.testmap` is the guide's map of the tests: each test file of
+    each layer opens with a sentence of what it holds (its module docstring)."""
+    from tests.tools.testmap import first_sentence, test_files
+
+    unsaid = [
+        path.relative_to(ROOT).as_posix()
+        for paths in test_files().values()
+        for path in paths
+        if len(first_sentence(path).split()) < 3
+    ]
+    assert unsaid == []
+    assert sum(map(len, test_files().values())) == len(list((ROOT / "tests").rglob("test_*.py")))

@@ -1,6 +1,7 @@
-"""Property-based tests. Random bytes for every parser (they almost never parse: the
-refusal path), and, so that the parsing and delta arithmetic are exercised too, valid
-files from the fixture tree mutated as real files go wrong (a field cut, a number grown
+"""Property-based tests of the parsers and the guard (Hypothesis). Random bytes for every
+parser (they almost never parse: the refusal path), and, so that the parsing and delta
+arithmetic are exercised too, valid files from the fixture tree mutated as real files go
+wrong (a field cut, a number grown
 past any width, a name holding `) (`), and pass sequences in which births, reused PIDs,
 continuations and fallen counters are all common. Nothing raises but the one error type;
 a refused delta is never emitted, an emitted delta is never negative, a birth counts
