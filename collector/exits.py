@@ -21,6 +21,7 @@ hostPID and the NET_ADMIN capability.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import select
@@ -77,14 +78,16 @@ _TIMES = struct.Struct("=QQQ8xQ")  # ac_etime, ac_utime, ac_stime, ac_majflt @14
 _IO = struct.Struct("=QQ8xQQ")  # read_bytes, write_bytes, nvcsw, nivcsw @248
 _TGID = struct.Struct("=I4xQ")  # ac_tgid, ac_tgetime @368 (version 12 and later)
 _MIN_BYTES = 288  # through nivcsw
-# Every field read, in one unpack, for records of version 12 and later (`_take`'s way)
+# Every field read, in one unpack, for records of version 12 and later (`_WHOLE`'s tail)
 _STATS = struct.Struct("=H6xB15xQ40xQ48xII8xQQQ8xQ64xQQ8xQQ80xI4xQ")
 # One exit message as the kernel sends it, up to its STATS: the netlink header, the generic
 # netlink header, AGGR_PID, its PID attribute and value, the STATS attribute's header
 _MESSAGE = struct.Struct("=IHHIIBBHHHHHIHH")
 _STATS_AT = _MESSAGE.size
-# The two in one unpack: a message of one exit record, whole (`ExitListener._take_one`)
-_WHOLE = struct.Struct(_MESSAGE.format + _STATS.format[1:])
+# The two in one unpack: a message of one exit record, whole (`ExitListener._take_one`),
+# less what is not checked (the message's flags, sequence and port id; the generic netlink
+# header's version and reserved bytes, AGGR_PID's length)
+_WHOLE = struct.Struct("=IH10xB5xHHHIHH" + _STATS.format[1:])
 _WHOLE_BYTES = _WHOLE.size
 _STATS_ATTRIBUTE_BYTES = 4 + _STATS.size  # the STATS attribute, at least
 _STATS_END = _STATS_AT - 4  # where the STATS attribute begins
@@ -93,6 +96,9 @@ _PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
 _TGID_VERSION = 12
 _TGID_BYTES = 384
+
+
+_SAME_NS = 1_000_000  # `Fold.same_process`'s slack past the records' waits
 
 
 class Fold:
@@ -134,7 +140,7 @@ class Fold:
     def same_process(self, start_ns: int, waited_ns: int) -> bool:
         """Whether a record whose process's start it derives as `start_ns` is of this
         process: the two starts as far apart as the records may have waited, and 1 ms."""
-        return abs(start_ns - self.start_ns) <= max(waited_ns, self.waited_ns) + 1_000_000
+        return abs(start_ns - self.start_ns) <= max(waited_ns, self.waited_ns) + _SAME_NS
 
 
 def thread_fields(source: ExitRecord | Fold) -> Fields:
@@ -428,8 +434,8 @@ MAX_WAIT_SECONDS = max(_WAKE_SECONDS, _GATHER_SECONDS[1])
 read, and its record cannot say otherwise."""
 
 
-def _boottime_ns() -> int:
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+_boottime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+"""CLOCK_BOOTTIME, in ns (a partial: no Python frame, read twice a record)."""
 
 
 class ExitListener:
@@ -456,7 +462,7 @@ class ExitListener:
         self.buffer_bytes = buffer_bytes
         self.overflows = 0
         self.dropped = 0  # past MAX_QUEUED, between two passes
-        self.received = 0
+        self._queued_in = 0  # records queued (or dropped past MAX_QUEUED), in all
         self.refused: Counter[str] = Counter()  # by reason: EXIT_REFUSAL_REASONS
         self.family = family  # the TASKSTATS family's number (`_register` finds it)
         # packed records (`pack_stats`) by the parent their tasks had (`ac_ppid`), each in
@@ -485,6 +491,11 @@ class ExitListener:
         self._socket = self._register() if sock is None else sock  # given: registered
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
+
+    @property
+    def received(self) -> int:
+        """The records taken off the socket in all: queued (or dropped) and folded."""
+        return self._queued_in + self.folded
 
     def start(self, proof_seconds: float = 2.0) -> ExitListener:
         """Start listening, once a child forked now has been heard exiting: a listener
@@ -662,7 +673,7 @@ class ExitListener:
                     self._closed.set()  # closed, or failing: listening ends
                     return came
                 now = tried_at = clock()  # (before the next read: it may find it empty)
-                if not from_kernel(sender):  # another process, sending to our port
+                if sender[0]:  # another process, sending to our port (`from_kernel`)
                     self.refused["not_kernel"] += 1
                     continue
                 if not size:
@@ -683,17 +694,21 @@ class ExitListener:
                     if self.refused["malformed"] == 1:
                         log.warning("exit records: a message could not be read", exc_info=True)
 
-    def _take_one(self, buffer: bytearray, size: int, now: int, waited: int) -> bool:
+    def _take_one(self, buffer: bytes | bytearray, size: int, now: int, waited: int) -> bool:
         """Take a datagram of one exit record in the kernel's own layout (its message, its
-        AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack
-        (`_take`). False for anything else, which `parse_messages` then reads (and refuses
-        where it must): a process's last task's message, its AGGR_TGID beside, or a STATS
-        attribute after a pad (`nla_reserve_64bit` where unaligned access is slow)."""
+        AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack: folded
+        (`Fold`) where it is a thread's, not its process's last task, that no pass read nor
+        will read, else queued for the next pass (`_queued`). False for anything else, which
+        `parse_messages` then reads (and refuses where it must): a process's last task's
+        message, its AGGR_TGID beside, or a STATS attribute after a pad (`nla_reserve_64bit`
+        where unaligned access is slow); each record of those comes back here laid out the
+        same way (`_take_stats`). The one step every record takes, at ~1 µs in Python
+        (`python -m collector.bench.exitpath`): written for that, not in smaller steps."""
         if size < _WHOLE_BYTES:
             return False
-        (length, kind, _, _, _, command, _, _, _, aggregate, pid_length, pid_kind, pid,
-         stats_length, stats_kind, version, flag, delay, run, task, ppid, lived_us, utime_us,
-         stime_us, majflt, read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
+        (length, kind, command, aggregate, pid_length, pid_kind, pid, stats_length, stats_kind,
+         version, flag, delay, run, task, ppid, lived_us, utime_us, stime_us, majflt,
+         read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
          group_lived_us) = _WHOLE.unpack_from(buffer, 0)  # fmt: skip
         if not (
             kind == self.family
@@ -708,56 +723,26 @@ class ExitListener:
             and task == pid
         ):
             return False
-        self._take(
-            now, waited, buffer, _STATS_AT, flag, delay, run, task, ppid, lived_us, utime_us,
-            stime_us, majflt, read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
-            group_lived_us,
-        )  # fmt: skip
-        return True
-
-    def _take_stats(self, data: bytes, now: int, waited: int) -> None:
-        """One record (`struct taskstats`) of a message `_take_one` does not take: folded
-        or queued as `_take` decides where it is of version 12 or later, else queued (an
-        older kernel's names no process: no fold), or refused where too short."""
-        fields = _STATS.unpack_from(data, 0) if len(data) >= _STATS.size else None
-        if fields is not None and fields[0] >= _TGID_VERSION:
-            self._take(now, waited, data, 0, *fields[1:])
-            return
-        packed = pack_stats(data, now, waited)
-        if packed is None:
-            self.refused["malformed"] += 1
-        else:
-            self._queued(packed, _PACKED.unpack_from(packed)[2])
-
-    def _take(
-        self, now: int, waited: int, data: bytes | bytearray, at: int, flag: int, delay: int,
-        run: int, task: int, ppid: int, lived_us: int, utime_us: int, stime_us: int,
-        majflt: int, read_bytes: int, write_bytes: int, voluntary: int, nonvoluntary: int,
-        tgid: int, group_lived_us: int,
-    ) -> None:  # fmt: skip
-        """One record of version 12 or later (its `struct taskstats` at `at`, its fields
-        unpacked), taken: folded (`Fold`) where it is a thread's, not its process's last
-        task, that no pass read nor will read, else queued for the next pass (`_queued`)."""
-        last = bool(flag & AGROUP)
-        born_after, listing_from = self._born_after, self._listing_from
+        born_after = self._born_after
         if (
-            last
+            flag & AGROUP
             or tgid == task
             or born_after is None
             or now - lived_us * 1000 - waited <= born_after
-            or (listing_from is not None and now >= listing_from)
+            or (self._listing_from is not None and now >= self._listing_from)
         ):
-            comm = bytes(data[at + 80 : at + 96])
+            comm = bytes(buffer[_STATS_AT + 80 : _STATS_AT + 96])
             packed = _PACKED.pack(
-                task, tgid, ppid, last, comm, now, lived_us * 1000, group_lived_us * 1000,
-                run, delay, voluntary, nonvoluntary, read_bytes, write_bytes, utime_us,
-                stime_us, majflt, waited,
+                task, tgid, ppid, bool(flag & AGROUP), comm, now, lived_us * 1000,
+                group_lived_us * 1000, run, delay, voluntary, nonvoluntary, read_bytes,
+                write_bytes, utime_us, stime_us, majflt, waited,
             )  # fmt: skip
             self._queued(packed, ppid)
-            return
+            return True
         start_ns = now - group_lived_us * 1000
         fold = self._folds.get(tgid)
-        if fold is None or not fold.same_process(start_ns, waited):
+        # (`Fold.same_process`, written out: a call costs a tenth of the step)
+        if fold is None or abs(start_ns - fold.start_ns) > max(waited, fold.waited_ns) + _SAME_NS:
             if fold is not None:
                 self._folds_done.append(fold)
             born = start_ns - waited > born_after
@@ -775,7 +760,28 @@ class ExitListener:
         fold.stime_us += stime_us
         fold.major_faults += majflt
         self.folded += 1
-        self.received += 1
+        return True
+
+    def _take_stats(self, data: bytes, now: int, waited: int) -> None:
+        """One record (`struct taskstats`) of a message `_take_one` does not take: laid out
+        as one record's message and taken by it where it is of version 12 or later, else
+        queued (an older kernel's names no process: no fold), or refused where too short."""
+        if len(data) >= _STATS.size and _HEAD.unpack_from(data, 0)[0] >= _TGID_VERSION:
+            pid = _IDS.unpack_from(data, 128)[0]
+            stats_length = 4 + len(data)
+            head = _MESSAGE.pack(
+                _STATS_END + stats_length, self.family or 0, 0, 0, 0, TASKSTATS_CMD_NEW, 1,
+                0, 12 + stats_length, TASKSTATS_TYPE_AGGR_PID, 8, TASKSTATS_TYPE_PID, pid,
+                stats_length, TASKSTATS_TYPE_STATS,
+            )  # fmt: skip
+            message = head + data
+            if self._take_one(message, len(message), now, waited):
+                return
+        packed = pack_stats(data, now, waited)
+        if packed is None:
+            self.refused["malformed"] += 1
+        else:
+            self._queued(packed, _PACKED.unpack_from(packed)[2])
 
     def _queued(self, packed: bytes, ppid: int) -> bool:
         """Queue one record for the next pass, by its task's parent. Past MAX_QUEUED, one
@@ -783,7 +789,7 @@ class ExitListener:
         records go first, not those of the tasks beside it; each loss is counted by
         parent (`lost`), for the pass to count by group. (Under the lock, as `_drain`
         takes records; at registration, before the thread starts.)"""
-        self.received += 1
+        self._queued_in += 1
         queues = self._queues
         queue = queues.get(ppid)
         if queue is None:
