@@ -17,7 +17,8 @@ from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS
 from collector.cgrouppass import Cgroups
 from collector.cpusets import Cpusets, cpu_set
-from collector.exits import ExitListener, ExitRecord, Fold, thread_fields
+from collector.exits import ExitListener, ExitRecord, Fold
+from collector.fieldtable import thread_fields
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (

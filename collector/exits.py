@@ -34,8 +34,6 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar, overload
 
-from collector.model import Fields
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -141,19 +139,6 @@ class Fold:
         """Whether a record whose process's start it derives as `start_ns` is of this
         process: the two starts as far apart as the records may have waited, and 1 ms."""
         return abs(start_ns - self.start_ns) <= max(waited_ns, self.waited_ns) + _SAME_NS
-
-
-def thread_fields(source: ExitRecord | Fold) -> Fields:
-    """The thread fields of a task's exit record, or of the tasks a fold holds, whole: on-CPU
-    time, run delay, switches, storage bytes (docs/reference.md §3)."""
-    return Fields(
-        on_cpu_nanos=source.on_cpu_ns,
-        run_delay_nanos=source.run_delay_ns,
-        voluntary_switches=source.voluntary_switches,
-        nonvoluntary_switches=source.nonvoluntary_switches,
-        read_bytes=source.read_bytes,
-        write_bytes=source.write_bytes,
-    )
 
 
 class ExitsUnavailable(Exception):

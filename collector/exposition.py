@@ -23,6 +23,7 @@ try:  # ISA-L's deflate (python-isal): ~3.5x the speed of zlib's level 1, as sma
 except ImportError:  # no wheel for this machine: the standard library's
     import zlib as deflate  # type: ignore[no-redef]  # (the same functions, another module)
 
+from collector import fieldtable
 from collector.aggregate import FootprintSums
 from collector.cpusets import parse_cpu_list
 from collector.groups import Group
@@ -62,17 +63,7 @@ class Family:
 
 
 _FIELD_HELP = {
-    "processes": "Processes that contributed a delta",
-    "observed_nanos": "Process-time observed, the denominator of every rate (ns)",
-    "on_cpu_nanos": "Time on a CPU, summed over threads (ns)",
-    "run_delay_nanos": "Time runnable but waiting for a CPU, summed over threads (ns)",
-    "cpu_user_nanos": "User CPU time (ns)",
-    "cpu_system_nanos": "System CPU time (ns)",
-    "major_faults": "Major page faults",
-    "voluntary_switches": "Voluntary context switches, summed over threads",
-    "nonvoluntary_switches": "Involuntary context switches, summed over threads",
-    "read_bytes": "Bytes really fetched from storage, summed over threads",
-    "write_bytes": "Bytes really sent to storage, summed over threads",
+    **fieldtable.HELP,  # docs/reference.md §3
     # docs/reference.md §7: the group's own cgroup (the unit is in each name: _nanos)
     "cgroup_cpu_nanos": "CPU time of every task of the group's cgroup, exited ones included (ns)",
     "cpu_periods": "CFS bandwidth periods with runnable tasks, the group's cgroup and below",

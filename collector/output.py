@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from collector import fieldtable
 from collector.engine import PassResult
 from collector.model import CgroupFields
 from collector.processes import group_row
@@ -80,20 +81,7 @@ def group_name(labels: dict[str, str]) -> str:
     return labels["cgroup"]
 
 
-_COLUMNS = (
-    ("GROUP", None),
-    ("PROCS", "processes"),
-    ("OBSERVED", "observed_nanos"),
-    ("ON-CPU", "on_cpu_nanos"),
-    ("RUN-DELAY", "run_delay_nanos"),
-    ("USER", "cpu_user_nanos"),
-    ("SYSTEM", "cpu_system_nanos"),
-    ("MAJFLT", "major_faults"),
-    ("VOL-CS", "voluntary_switches"),
-    ("INVOL-CS", "nonvoluntary_switches"),
-    ("READ", "read_bytes"),
-    ("WRITE", "write_bytes"),
-)
+_COLUMNS: tuple[tuple[str, str | None], ...] = (("GROUP", None), *fieldtable.COLUMNS)
 _NARROW = ("PROCS", "ON-CPU", "RUN-DELAY")
 """The process columns of the default table (80 columns); `--wide` shows every one."""
 _NARROW_WITHOUT_CGROUP = (*_NARROW, "USER", "SYSTEM", "READ", "WRITE")

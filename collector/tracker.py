@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import is_
+from operator import is_, sub
 from typing import NamedTuple
 
-from collector.exits import ExitRecord, thread_fields
+from collector.exits import ExitRecord
+from collector.fieldtable import THREAD_ATTRIBUTES, thread_counters, thread_delta, thread_fields
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 from collector.readings import Carried
 
@@ -132,39 +133,17 @@ def _thread_delta(thread: ThreadReading, record: ExitRecord, read_alive: bool) -
     as a zombie: its final schedule counts a switch and a few ns more), but for a task
     `read_alive` (before its exit) that did not move since (a sleeper killed): its last
     interval is nothing; None where some fell and some did not."""
-    values = (
-        record.on_cpu_ns - thread.on_cpu_ns,
-        record.run_delay_ns - thread.run_delay_ns,
-        record.voluntary_switches - thread.voluntary_switches,
-        record.nonvoluntary_switches - thread.nonvoluntary_switches,
-        record.read_bytes - thread.read_bytes,
-        record.write_bytes - thread.write_bytes,
-    )
+    values = tuple(map(sub, thread_counters(record), thread_counters(thread)))
     if max(values) <= 0:
         return Fields() if read_alive and min(values) == 0 else _READ
     if min(values) < 0:
         return None
-    on_cpu, delay, voluntary, nonvoluntary, read, write = values
-    return Fields(
-        on_cpu_nanos=on_cpu,
-        run_delay_nanos=delay,
-        voluntary_switches=voluntary,
-        nonvoluntary_switches=nonvoluntary,
-        read_bytes=read,
-        write_bytes=write,
-    )
+    return thread_delta(values)
 
 
 def _final(thread: ThreadReading, record: ExitRecord) -> ThreadReading:
     """A cached thread with its exit record's final counters."""
-    return thread._replace(
-        on_cpu_ns=record.on_cpu_ns,
-        run_delay_ns=record.run_delay_ns,
-        voluntary_switches=record.voluntary_switches,
-        nonvoluntary_switches=record.nonvoluntary_switches,
-        read_bytes=record.read_bytes,
-        write_bytes=record.write_bytes,
-    )
+    return thread._replace(**dict(zip(THREAD_ATTRIBUTES, thread_counters(record), strict=True)))
 
 
 def _whole(record: ExitRecord, process_fields: _Pending | None) -> Fields:

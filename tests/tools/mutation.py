@@ -32,7 +32,7 @@ A run of the whole catalogue takes about 10 minutes with 2 workers on a quiet 2-
 machine, up to 17 when others load it (each surviving mutant costs a full run of the
 tests, 40 s to a minute; a killed one usually seconds). It is not part of CI: it is slow, and it
 reports findings rather than pass or fail. Some tests need root and real cgroups
-(test_cgroup_kernel.py and the live cases of test_incremental.py), as in CI.
+(tests/kernel/test_cgroup_kernel.py and the `*_live.py` files beside it), as in CI.
 
 Every original snippet must occur exactly once in its file; one that does not (the code
 changed under the catalogue) stops the run with exit status 2, so the catalogue cannot
@@ -61,6 +61,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TEST_FILES = (
     # the pure guards and the readers' unit tests first: most mutants die in seconds
+    "tests/unit/test_field_guards.py",
+    "tests/unit/test_fieldtable.py",
     "tests/unit/test_tracker.py",
     "tests/unit/test_tracker_close.py",
     "tests/unit/test_identity_contract.py",
@@ -78,9 +80,13 @@ TEST_FILES = (
     "tests/unit/test_golden.py",
     "tests/unit/test_cgroup_golden.py",
     "tests/unit/test_incremental.py",
+    "tests/unit/test_exits.py",
     "tests/integration/test_oracle.py",
     "tests/unit/test_fuzz.py",
     "tests/kernel/test_cgroup_kernel.py",
+    "tests/kernel/test_incremental_live.py",
+    "tests/kernel/test_bound_live.py",
+    "tests/kernel/test_cgroupns_live.py",
     "tests/unit/test_waits.py",
     "tests/integration/test_processes.py",
     "tests/unit/test_top_screen.py",
@@ -110,6 +116,7 @@ PODCGROUPS = "collector/podcgroups.py"
 ENGINE = "collector/engine.py"
 CGROUPPASS = "collector/cgrouppass.py"
 TRACKER = "collector/tracker.py"
+EXITS = "collector/exits.py"
 CGROUPGUARD = "collector/cgroupguard.py"
 AGGREGATE = "collector/aggregate.py"
 GROUPS = "collector/groups.py"
@@ -540,6 +547,31 @@ def _mutants() -> Iterator[Mutant]:
             "",
             f"a thread whose {field} counter fell gives a negative delta",
         )  # fmt: skip
+    yield m(
+        "tracker/pending-faults-dropped", TRACKER,
+        "pending.major_faults += record.major_faults",
+        "pass",
+        "a process born and gone loses the major faults of its tasks gone before its last",
+    )  # fmt: skip
+    yield m(
+        "tracker/whole-pending-faults-dropped", TRACKER,
+        "fields.major_faults = record.major_faults + process_fields.major_faults",
+        "fields.major_faults = record.major_faults",
+        "a process born and gone counts its last task's major faults alone",
+    )  # fmt: skip
+    # -- collector/exits.py: the tasks folded as their records come ------------------------
+    yield m(
+        "exits/fold-faults-dropped", EXITS,
+        "fold.major_faults += majflt",
+        "pass",
+        "a thread no pass read, folded as it came, loses its major faults",
+    )  # fmt: skip
+    yield m(
+        "exits/fold-switches-swapped", EXITS,
+        "fold.nonvoluntary_switches += nonvoluntary",
+        "fold.nonvoluntary_switches += voluntary",
+        "two fields of a fold's sums are taken from each other's members",
+    )  # fmt: skip
     yield m(
         "tracker/birth-lower-bound-inclusive", TRACKER,
         "return previous < start_ns <= at_ns",

@@ -60,16 +60,13 @@ from pathlib import Path
 
 import yaml
 
+from tests import spec
 from tests.net import free_port, stop_process
 
 PASS_SECONDS = 15
 """The collector's default interval: each interval gauge holds this many seconds' worth."""
 
-PROCESS_FIELDS = (
-    "processes", "observed_nanos", "on_cpu_nanos", "run_delay_nanos", "cpu_user_nanos",
-    "cpu_system_nanos", "major_faults", "voluntary_switches", "nonvoluntary_switches",
-    "read_bytes", "write_bytes",
-)  # fmt: skip
+PROCESS_FIELDS = tuple(spec.FIELDS)
 """docs/reference.md §3."""
 CGROUP_FIELDS = (
     "cgroup_cpu_nanos", "cpu_periods", "cpu_throttled_periods", "cpu_throttled_nanos",

@@ -1,4 +1,5 @@
-"""The field order of every NamedTuple (and of `Fields`), pinned.
+"""The field order of every NamedTuple, pinned (`Fields`' is the field table's:
+tests/unit/test_fieldtable.py).
 
 The hot path builds readings with `model.build` (tuple.__new__) and unpacks them by
 position: reordering or inserting a field in collector/ would silently swap two integers
@@ -8,12 +9,10 @@ positional build and unpacking of that type (grep `build(<Type>` and the unpacki
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import pkgutil
 
 import collector
-from collector.model import Fields
 
 PINNED = {
     "collector.cgroupfs.Location": ("hierarchy", "path", "inode", "subtree"),
@@ -75,12 +74,6 @@ PINNED = {
         "began_from_ns", "began_by_ns", "gone_from_ns", "gone_by_ns", "cgroup", "ppid",
     ),
 }  # fmt: skip
-# Fields is built positionally once per contributing process (collector/tracker.py).
-FIELDS_ORDER = (
-    "processes", "observed_nanos", "on_cpu_nanos", "run_delay_nanos", "cpu_user_nanos",
-    "cpu_system_nanos", "major_faults", "voluntary_switches", "nonvoluntary_switches",
-    "read_bytes", "write_bytes",
-)  # fmt: skip
 
 
 def named_tuples() -> dict[str, tuple[str, ...]]:
@@ -104,7 +97,3 @@ def named_tuples() -> dict[str, tuple[str, ...]]:
 
 def test_every_named_tuple_keeps_its_field_order():
     assert named_tuples() == PINNED
-
-
-def test_fields_keeps_its_field_order():
-    assert tuple(f.name for f in dataclasses.fields(Fields)) == FIELDS_ORDER
