@@ -21,13 +21,14 @@ from prometheus_client import generate_latest as client_text
 from prometheus_client.openmetrics.exposition import generate_latest as client_openmetrics
 
 from collector import __version__
+from collector.admission import Deferred, Limits
 from collector.exposition import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
     gzip_member,
 )
 from collector.http11 import Request, Response, accepted, plain
-from collector.listener import Deferred, Limits, Listener
+from collector.listener import Listener
 from collector.passloop import PassLoop
 from collector.processes import STORAGE_FIELDS, Query, QueryError
 from collector.tls import Server as TLSServer

@@ -35,7 +35,6 @@ whole; none can request a client certificate without verifying it (exporter-tool
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -44,9 +43,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from collector import tls as tlslib
+from collector.admission import (
+    PIPELINED_PER_TURN,
+    REQUEST,
+    Admission,
+    Deferred,
+    Limits,
+    TurnedAway,
+)
 from collector.http11 import (
     MAX_HEAD_BYTES,
     Heads,
@@ -58,47 +64,6 @@ from collector.http11 import (
 )
 
 log = logging.getLogger(__name__)
-
-HEADER_TIMEOUT = 10.0
-IDLE_TIMEOUT = 120.0
-WRITE_TIMEOUT = 30.0
-MAX_REQUESTS = 40
-MAX_CONNECTIONS = 4096
-MAX_GATES = 64
-"""Gates (`Deferred`) waiting at once with `--web.max-requests 0`."""
-MAX_ASIDE = 4
-"""Answers made aside (`Deferred(aside=True)`: views) waiting or being made at once."""
-PIPELINED_PER_TURN = 1
-"""Requests of one connection answered at once before the event loop serves the others: a
-client that pipelines thousands in one read takes its turns like everyone else. Why one:
-`python -m tests.tools.floods`, in docs/deploy.md ("What the listener withstands")."""
-
-
-class Deferred:
-    """A handler's answer that must not run on the event loop: `work` runs in a worker
-    thread of the listener's and returns the response — a gate (a bcrypt check) in
-    `Listener.slow`, any other (a view made on request) in `Listener.views`.
-
-    A `gate` (basic auth) holds no place among `max_requests` while it waits and runs, as
-    node_exporter's bound sits behind exporter-toolkit's checks: clients without the
-    password cannot turn scrapers away. Its answer takes a place when it is written. At
-    most `max_requests` gates wait at once (or `MAX_GATES`, without a bound); one more is
-    answered 503 at once.
-
-    An answer made `aside` (a view, in `Listener.views`) likewise holds no place while it
-    waits and is made, so that a burst of views cannot turn scrapers and probes away; at
-    most `MAX_ASIDE` wait or are made at once, one more is answered 503 at once. Any other
-    `Deferred` holds its place throughout."""
-
-    __slots__ = ("aside", "gate", "work")
-
-    def __init__(
-        self, work: Callable[[], Response | Deferred], gate: bool = False, aside: bool = False
-    ):
-        self.work = work
-        self.gate = gate
-        self.aside = aside
-
 
 Handler = Callable[[Request], "Response | Deferred"]
 
@@ -162,99 +127,6 @@ def bound_asyncio_logs() -> None:
     logger = logging.getLogger("asyncio")
     if not any(isinstance(f, Seldom) for f in logger.filters):
         logger.addFilter(Seldom())
-
-
-@dataclass
-class Limits:
-    max_requests: int = MAX_REQUESTS
-    max_connections: int = MAX_CONNECTIONS
-    header_timeout: float = HEADER_TIMEOUT
-    idle_timeout: float = IDLE_TIMEOUT
-    write_timeout: float = WRITE_TIMEOUT
-
-
-_GATE, _ASIDE, _REQUEST = "gate", "aside", "request"
-"""The places a request's answer takes (`Admission.enter`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnedAway:
-    """An answer refused its place: the log line's reason, and the client's 503 text."""
-
-    reason: str
-    text: str
-
-
-class Admission:
-    """Every bound on what clients hold at once, counted in one place (the event loop's
-    thread alone touches it): the connections open, and which of them has waited longest
-    for a request; the answers in flight (`--web.max-requests`); the basic auth checks
-    waiting (gates); the views made aside. The connections act on what it answers."""
-
-    def __init__(self, limits: Limits):
-        self.limits = limits
-        self.in_flight = 0  # answers holding a --web.max-requests place
-        self.gates = 0  # gates (`Deferred`) waiting or running
-        self.aside = 0  # answers made aside (views) waiting or being made
-        self.connections = 0
-        self.waiting: collections.OrderedDict[_Connection, None] = collections.OrderedDict()
-
-    def connected(self) -> _Connection | None:
-        """A connection opened: the one to evict for it, over `max_connections` (the one
-        waiting longest for a request: a flood evicts itself, not a scraper mid-request)."""
-        self.connections += 1
-        if self.connections > self.limits.max_connections and self.waiting:
-            oldest, _ = self.waiting.popitem(last=False)
-            return oldest
-        return None
-
-    def disconnected(self, connection: _Connection) -> None:
-        self.connections -= 1
-        self.waiting.pop(connection, None)
-
-    def waits(self, connection: _Connection) -> None:
-        """`connection` waits for a request, now the newest to."""
-        self.waiting.pop(connection, None)
-        self.waiting[connection] = None
-
-    def stops_waiting(self, connection: _Connection) -> None:
-        self.waiting.pop(connection, None)
-
-    def enter(self, answer: Response | Deferred) -> str | TurnedAway:
-        """The place `answer` takes: a gate or a view made aside outside
-        --web.max-requests, each within its own bound; any other within it. Or why it is
-        turned away (503)."""
-        if isinstance(answer, Deferred) and answer.gate:
-            if self.gates >= (self.limits.max_requests or MAX_GATES):
-                return TurnedAway("503: too many checks waiting", self._too_many())
-            self.gates += 1
-            return _GATE
-        if isinstance(answer, Deferred) and answer.aside:
-            if self.aside >= MAX_ASIDE:
-                return TurnedAway(
-                    "503: too many views waiting",
-                    f"too many views at once ({MAX_ASIDE}); try again later",
-                )
-            self.aside += 1
-            return _ASIDE
-        if 0 < self.limits.max_requests <= self.in_flight:
-            return TurnedAway("503: --web.max-requests reached", self._too_many())
-        self.in_flight += 1
-        return _REQUEST
-
-    def leave(self, place: str) -> None:
-        if place == _GATE:
-            self.gates -= 1
-        elif place == _ASIDE:
-            self.aside -= 1
-        else:
-            self.in_flight -= 1
-
-    def _too_many(self) -> str:
-        return (
-            f"too many requests at once (--web.max-requests {self.limits.max_requests}); "
-            "try again later"
-        )
 
 
 class _Connection(asyncio.Protocol):
@@ -461,9 +333,9 @@ class _Connection(asyncio.Protocol):
         except Exception as error:
             answer = _failed(request, error, listener.failures)
         finally:
-            if place != _REQUEST:
+            if place != REQUEST:
                 self.admission.leave(place)
-        if place == _REQUEST:
+        if place == REQUEST:
             # only a gate's answer is another `Deferred` (a view), and a gate holds no place
             assert isinstance(answer, Response)
             if self._respond(request, close, answer):
@@ -507,7 +379,7 @@ class _Connection(asyncio.Protocol):
             self._done()
 
     def _done(self) -> None:
-        self.admission.leave(_REQUEST)
+        self.admission.leave(REQUEST)
         self.busy = False
 
     def _finish(self, close: bool) -> None:
@@ -633,7 +505,7 @@ class Listener:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft != resource.RLIM_INFINITY:
             self.limits.max_connections = min(self.limits.max_connections, max(16, soft - 64))
-        self.admission = Admission(self.limits)
+        self.admission: Admission[_Connection] = Admission(self.limits)
         self.connections: set[_Connection] = set()
         self.refusals = RefusalLog()
         self.failures = RefusalLog()

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 
 from collector import __version__
+from collector.admission import Limits
 from collector.exporter import make_server
-from collector.listener import Limits
 from collector.passloop import PassLoop
 from collector.privileges import own_missing_capabilities
 from collector.webconfig import WebConfigFile

@@ -10,8 +10,9 @@ import socket
 import threading
 from collections.abc import Iterator
 
+from collector.admission import Limits
 from collector.http11 import Request, Response
-from collector.listener import Limits, Listener
+from collector.listener import Listener
 from tests.net import wait_until
 
 

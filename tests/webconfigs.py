@@ -18,7 +18,7 @@ import bcrypt
 import pytest
 
 from collector import webconfig
-from collector.listener import Limits
+from collector.admission import Limits
 from collector.passloop import PassLoop
 from tests.integration.test_serve import CountingEngine, serving
 from tests.needs import tool

@@ -16,8 +16,9 @@ import time
 import psutil
 import pytest
 
+from collector.admission import MAX_ASIDE, Deferred, Limits
 from collector.http11 import MAX_HEAD_BYTES, Request, Response
-from collector.listener import MAX_ASIDE, Deferred, Limits, Listener
+from collector.listener import Listener
 from tests.listening import (
     closed_by_server,
     exchange,

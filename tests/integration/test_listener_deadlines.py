@@ -9,8 +9,8 @@ import socket
 import threading
 import time
 
+from collector.admission import Deferred, Limits
 from collector.http11 import Request, Response
-from collector.listener import Deferred, Limits
 from tests.listening import closed_by_server, hello, listening, read_answer, until_closed
 from tests.net import wait_until
 

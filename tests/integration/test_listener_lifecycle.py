@@ -13,8 +13,9 @@ import time
 
 import pytest
 
+from collector.admission import Deferred
 from collector.http11 import Request, Response
-from collector.listener import Deferred, Listener
+from collector.listener import Listener
 from tests.listening import closed_by_server, hello, listening
 from tests.net import wait_until
 

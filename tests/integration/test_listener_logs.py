@@ -13,8 +13,9 @@ import socket
 import struct
 import time
 
+from collector.admission import Limits
 from collector.http11 import Heads, Request, Response
-from collector.listener import Limits, RefusalLog, Seldom
+from collector.listener import RefusalLog, Seldom
 from tests.listening import exchange, hello, listening
 from tests.net import request, wait_until
 

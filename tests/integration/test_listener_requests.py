@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from collector.admission import Deferred, Limits
 from collector.http11 import MAX_HEAD_BYTES, Request, Response
-from collector.listener import Deferred, Limits
 from tests.listening import (
     closed_by_server,
     exchange,
@@ -403,7 +403,7 @@ def test_a_connections_pipeline_is_answered_a_few_requests_a_turn():
     """A client that pipelines thousands of small requests in one write is answered at
     most PIPELINED_PER_TURN of them in one turn of the event loop; every other connection's
     callbacks run between (a ticker re-scheduling itself once a turn counts the turns)."""
-    from collector.listener import PIPELINED_PER_TURN
+    from collector.admission import PIPELINED_PER_TURN
 
     turns = [0]
     answered_in: list[int] = []

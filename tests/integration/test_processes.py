@@ -18,9 +18,9 @@ import bcrypt
 import pytest
 
 from collector import webconfig
+from collector.admission import MAX_ASIDE, Limits
 from collector.exporter import VIEWS_PER_SECOND, Budget, ViewAnswers, json_by_rows, make_server
 from collector.groups import Group
-from collector.listener import MAX_ASIDE, Limits
 from collector.model import FIELD_NAMES, CgroupFields, Fields, ProcessReading
 from collector.passloop import PassLoop
 from collector.processes import (

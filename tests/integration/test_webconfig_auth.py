@@ -14,8 +14,8 @@ import time
 import bcrypt
 
 from collector import webconfig
+from collector.admission import Limits
 from collector.exporter import make_server
-from collector.listener import Limits
 from collector.passloop import PassLoop
 from tests.integration.test_serve import CountingEngine
 from tests.net import request, wait_until

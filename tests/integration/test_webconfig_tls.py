@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from collector import webconfig
-from collector.listener import Limits
+from collector.admission import Limits
 from collector.passloop import PassLoop
 from tests.integration.test_serve import CountingEngine, serving
 from tests.net import request, wait_until

@@ -122,6 +122,7 @@ AGGREGATE = "collector/aggregate.py"
 GROUPS = "collector/groups.py"
 CGROUPNS = "collector/cgroupns.py"
 LISTENER = "collector/listener.py"
+ADMISSION = "collector/admission.py"
 HTTP11 = "collector/http11.py"
 EXPORTER = "collector/exporter.py"
 PASSLOOP = "collector/passloop.py"
@@ -753,7 +754,7 @@ def _mutants() -> Iterator[Mutant]:
         "the deadline restarts at every byte (a per-read timeout): a trickled head holds on",
     )  # fmt: skip
     yield m(
-        "listener/max-requests-dropped", LISTENER,
+        "admission/max-requests-dropped", ADMISSION,
         "if 0 < self.limits.max_requests <= self.in_flight:",
         "if False:",
         "no bound on the requests answered at once: no 503",
@@ -765,7 +766,7 @@ def _mutants() -> Iterator[Mutant]:
         "a client that asks and never reads holds its place among --web.max-requests for ever",
     )  # fmt: skip
     yield m(
-        "listener/eviction-dropped", LISTENER,
+        "admission/eviction-dropped", ADMISSION,
         "if self.connections > self.limits.max_connections and self.waiting:",
         "if False:",
         "a flood holds as many connections as the open files limit allows",
@@ -783,7 +784,7 @@ def _mutants() -> Iterator[Mutant]:
         "a client pipelining behind a request in flight fills the server's memory",
     )  # fmt: skip
     yield m(
-        "listener/gates-unbounded", LISTENER,
+        "admission/gates-unbounded", ADMISSION,
         "if self.gates >= (self.limits.max_requests or MAX_GATES):",
         "if False:",
         "clients without the password queue bcrypt checks without bound",
@@ -946,7 +947,7 @@ def _mutants() -> Iterator[Mutant]:
         "a slow view holds back every basic auth check, and so the scrapes that need one",
     )  # fmt: skip
     yield m(
-        "listener/views-unbounded", LISTENER,
+        "admission/views-unbounded", ADMISSION,
         "            if self.aside >= MAX_ASIDE:",
         "            if False:",
         "a flood of /processes queues views without bound behind the one views thread",
