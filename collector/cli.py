@@ -1,10 +1,9 @@
-"""The command line: the only place flags live. Builds the objects and runs them."""
+"""The command line: its commands, with collector/options.py's options (the only two places
+flags live). Builds the objects and runs them."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -12,282 +11,23 @@ from collections.abc import Callable
 import click
 import cloup
 
-from collector import __version__, logs
+from collector import __version__
 from collector.engine import Engine, PassResult
+from collector.options import (
+    BadInput,
+    cgroup_path,
+    env_name,
+    not_empty,
+    option,
+    passes_group,
+    pod_name,
+    shared_options,
+)
 from collector.privileges import own_missing_capabilities, refused_reads
 from collector.processes import DEFAULT_LIMIT, DEFAULT_SORT, MAX_LIMIT, SORT_FIELDS
 from collector.wiring import Options, build_engine, node_cpus, node_sources
 
 log = logging.getLogger("procdelta")
-
-LOG_LEVELS = ("debug", "info", "warn", "error")
-
-
-def _env(option: str) -> str:
-    """`--path.procfs` → `PROCDELTA_PATH_PROCFS`: dots and dashes become underscores. A
-    switch (`--collector.cgroup/--no-collector.cgroup`) is named by its first form and
-    takes true or false."""
-    option = option.split("/")[0]
-    return "PROCDELTA_" + option.lstrip("-").replace(".", "_").replace("-", "_").upper()
-
-
-def _option(flag: str, name: str, **kwargs):
-    """An option that its environment variable also sets; a switch's default shown as
-    on or off."""
-    if kwargs.get("is_flag") or "/" in flag:
-        kwargs.setdefault("default", False)
-        kwargs["show_default"] = "on" if kwargs["default"] else "off"
-    return click.option(flag, name, envvar=_env(flag), show_envvar=True, **kwargs)
-
-
-class BadInput(click.UsageError):
-    """A value the command cannot take (a flag's, or its environment variable's): one
-    line, exit status 2, like every other mistake in the invocation (docs/operating.md,
-    "Exit status")."""
-
-
-def shared_options(command: Callable) -> Callable:
-    """The options of docs/reference.md §6 that every command takes, folded into one `Options`,
-    in the groups of docs/operating.md (their headings in `--help`)."""
-
-    @cloup.option_group(
-        "Paths",
-        _option(
-            "--path.procfs",
-            "procfs",
-            default="/proc",
-            show_default=True,
-            help="Mount point of the proc filesystem to read.",
-        ),
-        _option(
-            "--path.cgroupfs",
-            "cgroupfs",
-            default="/sys/fs/cgroup",
-            show_default=True,
-            help="Mount point of the cgroup filesystem (the host's, in a container).",
-        ),
-        _option(
-            "--path.pod-logs",
-            "pod_logs",
-            default="/var/log/pods",
-            show_default=True,
-            help="kubelet's pod log directory: pod names by UID.",
-        ),
-        _option(
-            "--path.container-logs",
-            "container_logs",
-            default="/var/log/containers",
-            show_default=True,
-            help="kubelet's container log links: container names by ID.",
-        ),
-    )
-    @cloup.option_group(
-        "Collectors",
-        _option(
-            "--collector.cgroup/--no-collector.cgroup",
-            "cgroup",
-            default=True,
-            show_default=True,
-            help="Read each group's own cgroup: its CPU (exited processes included), "
-            "throttling and pressure.",
-        ),
-        _option(
-            "--collector.cgroup.pressure/--no-collector.cgroup.pressure",
-            "pressure",
-            default=True,
-            show_default=True,
-            help="Read the cgroups' PSI files (cgroup v2), where the node has them.",
-        ),
-        _option(
-            "--collector.cgroup.pressure.cpu-only",
-            "cpu_pressure_only",
-            is_flag=True,
-            default=False,
-            help="Of the PSI files, read the CPU one alone (why a pod waited needs it); "
-            "leave memory and I/O pressure out (four series a pod fewer).",
-        ),
-        _option(
-            "--collector.exits/--no-collector.exits",
-            "exits",
-            default=False,
-            show_default=True,
-            help="Close each task's last interval with the kernel's exit record (TASKSTATS "
-            "netlink): needs CAP_NET_ADMIN and the host's network and PID namespaces.",
-        ),
-        _option(
-            "--collector.exits.buffer-bytes",
-            "exits_buffer_bytes",
-            type=click.IntRange(min=1 << 16, max=1 << 30),
-            default=16 << 20,
-            show_default=True,
-            help="The exit records' socket receive buffer: what arrives while the listener "
-            "waits is held there.",
-        ),
-    )
-    @cloup.option_group(
-        "Export",
-        _option(
-            "--export.interval-gauges/--no-export.interval-gauges",
-            "interval_gauges",
-            default=True,
-            show_default=True,
-            help="Export procdelta_interval_<field>, the last interval as the node measured it.",
-        ),
-        _option(
-            "--export.totals/--no-export.totals",
-            "totals",
-            default=True,
-            show_default=True,
-            help="Export procdelta_<field>_total counters, for rate() and increase().",
-        ),
-    )
-    @cloup.option_group(
-        "Groups",
-        _option(
-            "--per-container",
-            "per_container",
-            is_flag=True,
-            help="Split pods by container (adds `container`, `container_id` labels).",
-        ),
-        _option(
-            "--pods-only",
-            "pods_only",
-            is_flag=True,
-            help="Drop the groups of processes that are in no pod.",
-        ),
-    )
-    @cloup.option_group(
-        "Logging",
-        _option(
-            "--log.level",
-            "log_level",
-            type=click.Choice(LOG_LEVELS),
-            default="info",
-            show_default=True,
-            help="Only log messages of this severity or above.",
-        ),
-        _option(
-            "--log.format",
-            "log_format",
-            type=click.Choice(logs.FORMATS),
-            default="logfmt",
-            show_default=True,
-            help="Output format of log messages.",
-        ),
-    )
-    @functools.wraps(command)
-    def wrapper(
-        procfs,
-        pod_logs,
-        container_logs,
-        cgroupfs,
-        cgroup,
-        pressure,
-        cpu_pressure_only,
-        exits,
-        exits_buffer_bytes,
-        interval_gauges,
-        totals,
-        per_container,
-        pods_only,
-        log_level,
-        log_format,
-        **kw,
-    ):
-        logs.configure(log_level, log_format)
-        _check_procfs(procfs)
-        if not (interval_gauges or totals):
-            raise BadInput(
-                "--no-export.interval-gauges with --no-export.totals exports no per-group "
-                "field at all: keep one of them"
-            )
-        options = Options(
-            procfs=procfs,
-            pod_logs=pod_logs,
-            container_logs=container_logs,
-            per_container=per_container,
-            pods_only=pods_only,
-            cgroupfs=cgroupfs,
-            cgroup=cgroup,
-            pressure=pressure,
-            interval_gauges=interval_gauges,
-            totals=totals,
-            cpu_pressure_only=cpu_pressure_only,
-            exits=exits,
-            exits_buffer_bytes=exits_buffer_bytes,
-        )
-        return command(options, **kw)
-
-    return wrapper
-
-
-def _check_procfs(root: str) -> None:
-    """Refuse a `--path.procfs` that is no proc filesystem, judged by what it holds."""
-    try:
-        entries = os.listdir(root)
-    except OSError as error:
-        raise BadInput(f"--path.procfs {root}: {error.strerror}") from None
-    if not any(name.isdigit() and os.path.isdir(os.path.join(root, name)) for name in entries):
-        raise BadInput(f"--path.procfs {root}: not a proc filesystem (no process directories)")
-
-
-MIN_INTERVAL = 0.01
-"""Seconds: below a pass's own time, passes would follow one another without pause."""
-MAX_INTERVAL = 86_400.0
-"""Seconds: a day; `inf` or more would never end `once` nor give `serve` a second pass."""
-
-
-def _positive_interval(_ctx, _param, value: float) -> float:
-    if not value > 0:
-        raise click.BadParameter(f"must be > 0 seconds, got {value:g}")
-    if not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise click.BadParameter(
-            f"want {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds, got {value:g}"
-        )
-    return value
-
-
-def _not_empty(_ctx, param: click.Parameter, value: str | None) -> str | None:
-    """A path option set empty: a mistake (a manifest's variable left blank), never a
-    wish for the default. click takes an empty variable for an unset one: said here."""
-    envvar = param.envvar if isinstance(param.envvar, str) else None
-    if value == "" or (value is None and envvar and os.environ.get(envvar) == ""):
-        where = f"{envvar} (for {param.opts[0]})" if value is None else param.opts[0]
-        raise BadInput(f"{where}: empty: name a file, or leave it unset")
-    return value
-
-
-def _pod_name(_ctx, _param, value: str | None) -> tuple[str, str] | None:
-    from collector.top import parse_pod
-
-    if value is None:
-        return None
-    pod = parse_pod(value)
-    if pod is None:
-        raise click.BadParameter(f"{value!r}: want NAMESPACE/NAME")
-    return pod
-
-
-def _cgroup_path(_ctx, _param, value: str | None) -> str | None:
-    if value is not None and not value.startswith("/"):
-        raise click.BadParameter(f"{value!r}: want the cgroup's path on the host, from /")
-    return value
-
-
-def _passes_group(default: float, help_text: str):
-    """The "Passes" heading of a command's help: its `--interval`."""
-    return cloup.option_group(
-        "Passes",
-        _option(
-            "--interval",
-            "interval",
-            type=float,
-            default=default,
-            show_default=True,
-            callback=_positive_interval,
-            help=help_text,
-        ),
-    )
 
 
 def run_once(
@@ -319,10 +59,10 @@ def cli(ctx: click.Context) -> None:
 
 
 @cli.command()
-@_passes_group(2.0, "Seconds between the two passes.")
+@passes_group(2.0, "Seconds between the two passes.")
 @cloup.option_group(
     "Output",
-    _option(
+    option(
         "--format",
         "output_format",
         type=click.Choice(("table", "json", "prometheus")),
@@ -330,7 +70,7 @@ def cli(ctx: click.Context) -> None:
         show_default=True,
         help="Output: a table for a person, JSON, or the /metrics exposition.",
     ),
-    _option(
+    option(
         "--wide",
         "wide",
         is_flag=True,
@@ -373,10 +113,10 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
 
 
 @cli.command()
-@_passes_group(2.0, "Seconds between refreshes (and between top's own passes).")
+@passes_group(2.0, "Seconds between refreshes (and between top's own passes).")
 @cloup.option_group(
     "Source",
-    _option(
+    option(
         "--from",
         "source",
         default=None,
@@ -384,19 +124,19 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
         help="Read a running `procdelta serve`'s /processes at URL (e.g. "
         "http://127.0.0.1:9746 through kubectl port-forward) instead of running passes.",
     ),
-    _option("--from.username", "username", default=None, help="Basic auth user for --from."),
-    _option(
+    option("--from.username", "username", default=None, help="Basic auth user for --from."),
+    option(
         "--from.password-file",
         "password_file",
         default=None,
         help="File holding the basic auth password for --from.",
     ),
-    _option("--from.ca-file", "ca_file", default=None, help="CA certificates to trust (TLS)."),
-    _option(
+    option("--from.ca-file", "ca_file", default=None, help="CA certificates to trust (TLS)."),
+    option(
         "--from.cert-file", "cert_file", default=None, help="Client certificate to present (TLS)."
     ),
-    _option("--from.key-file", "key_file", default=None, help="Key of the client certificate."),
-    _option(
+    option("--from.key-file", "key_file", default=None, help="Key of the client certificate."),
+    option(
         "--from.insecure-skip-verify",
         "insecure_skip_verify",
         is_flag=True,
@@ -405,23 +145,23 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
 )
 @cloup.option_group(
     "View",
-    _option(
+    option(
         "--pod",
         "pod",
         default=None,
         metavar="NAMESPACE/NAME",
-        callback=_pod_name,
+        callback=pod_name,
         help="Show this pod only.",
     ),
-    _option(
+    option(
         "--cgroup",
         "cgroup_path",
         default=None,
         metavar="PATH",
-        callback=_cgroup_path,
+        callback=cgroup_path,
         help="Show this cgroup only (its path on the host, as the cgroup label gives it).",
     ),
-    _option(
+    option(
         "--sort",
         "sort",
         type=click.Choice(SORT_FIELDS),
@@ -429,7 +169,7 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
         show_default=True,
         help="The field to sort by, biggest first.",
     ),
-    _option(
+    option(
         "--limit",
         "limit",
         type=click.IntRange(0, MAX_LIMIT),
@@ -437,7 +177,7 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
         show_default=True,
         help="Rows to show (0: all).",
     ),
-    _option(
+    option(
         "--threads",
         "threads",
         is_flag=True,
@@ -447,7 +187,7 @@ def once(options: Options, interval: float, output_format: str, wide: bool) -> N
 )
 @cloup.option_group(
     "Output",
-    _option(
+    option(
         "--format",
         "output_format",
         type=click.Choice(("table", "json")),
@@ -519,31 +259,31 @@ def top(
 
 
 @cli.command()
-@_passes_group(15.0, "Seconds between passes.")
+@passes_group(15.0, "Seconds between passes.")
 @cloup.option_group(
     "Web",
-    _option(
+    option(
         "--web.listen-address",
         "listen_address",
         default=":9746",
         show_default=True,
         help="Address to serve on: host:port, [v6]:port, or :port for every interface.",
     ),
-    _option(
+    option(
         "--web.telemetry-path",
         "telemetry_path",
         default="/metrics",
         show_default=True,
         help="Path under which to expose metrics.",
     ),
-    _option(
+    option(
         "--web.config.file",
         "web_config_file",
         default=None,
-        callback=_not_empty,
+        callback=not_empty,
         help="TLS and basic auth, in the Prometheus exporter-toolkit web configuration format.",
     ),
-    _option(
+    option(
         "--web.max-requests",
         "max_requests",
         type=click.IntRange(min=0),
@@ -552,7 +292,7 @@ def top(
         help="Requests answered at once; one more is answered 503 at once. 0: no bound "
         "but the connections' (4096).",
     ),
-    _option(
+    option(
         "--web.processes/--no-web.processes",
         "processes",
         default=True,
@@ -560,7 +300,7 @@ def top(
         help="Serve /processes: each process's delta of the last pass, with its PID and "
         "16-byte name (never its command line), to whoever may scrape.",
     ),
-    _option(
+    option(
         "--web.processes.storage-bytes/--no-web.processes.storage-bytes",
         "storage_bytes",
         default=False,
@@ -669,7 +409,7 @@ def error_line(error: click.ClickException) -> str:
         flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
         source = error.ctx.get_parameter_source(param.name)
         if source is click.core.ParameterSource.ENVIRONMENT:
-            envvar = param.envvar if isinstance(param.envvar, str) else _env(flag)
+            envvar = param.envvar if isinstance(param.envvar, str) else env_name(flag)
             where = f"{envvar} (for {flag})"
         else:
             where = flag
