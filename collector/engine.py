@@ -16,6 +16,7 @@ from typing import Final
 from collector.aggregate import FootprintSums, Grouped, Totals, group_pass
 from collector.cgroupfs import CgroupFS
 from collector.cgrouppass import Cgroups
+from collector.closing import Closed, ExitDelta
 from collector.cpusets import Cpusets, cpu_set
 from collector.exits import ExitListener, ExitRecord, Fold
 from collector.fieldtable import thread_fields
@@ -34,7 +35,7 @@ from collector.model import (
 from collector.parse import parse_stat
 from collector.processes import ProcessTable
 from collector.reading import Reader
-from collector.tracker import Closed, ExitDelta, ProcessDelta, Tracker
+from collector.tracker import ProcessDelta, Tracker
 from collector.waits import NodeCPU, node_interval, with_waits
 
 log = logging.getLogger(__name__)

@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import is_, sub
+from operator import is_
 from typing import NamedTuple
 
+from collector.closing import (
+    READ,
+    START_TOLERANCE_NS,
+    SUSPEND_SLACK_NS,
+    Closed,
+    ExitDelta,
+    Pending,
+    final_thread,
+    last_interval,
+    started_as,
+    whole,
+)
 from collector.exits import ExitRecord
-from collector.fieldtable import THREAD_ATTRIBUTES, thread_counters, thread_delta, thread_fields
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 from collector.readings import Carried
 
@@ -54,36 +65,6 @@ class Advance:
     carried: list[CarriedDelta] = field(default_factory=list)  # one per block given
 
 
-class ExitDelta(NamedTuple):
-    """What one exit record adds to a pass: `fields`, into the group of `process` (its
-    cached reading, whose cgroup names it) or, for a task the cache never held (`process`
-    None: born and gone between two passes), of its parent `ppid`."""
-
-    record: ExitRecord
-    fields: Fields
-    process: ProcessReading | None
-    ppid: int
-
-
-@dataclass(slots=True)
-class Closed:
-    """The outcome of the exit records given to `Tracker.close`: the deltas, and how many
-    records came to each end (`EXIT_OUTCOMES`)."""
-
-    deltas: list[ExitDelta] = field(default_factory=list)
-    outcomes: Counter[str] = field(default_factory=Counter)
-
-
-START_TOLERANCE_NS = 2 * 10**9
-"""The longest a record may have waited in the socket (`ExitRecord.waited_ns`, the
-listener's own bound) and still be matched to a task: its start is known to no better.
-One that may have waited longer closes nothing (`late`)."""
-
-SUSPEND_SLACK_NS = 10**8
-"""Less growth than this in the time the machine was suspended (`Tracker.close`) is not a
-suspend but the two clocks read apart (µs, or a preemption between the two reads): a
-suspend and resume takes seconds."""
-
 MAX_KEPT_PASSES = 16
 """At most this many passes' gone tasks are kept for their records (`Tracker.close`): at
 the default interval two are, to cover START_TOLERANCE_NS; a shorter interval keeps
@@ -105,74 +86,6 @@ class _LeftBehind(NamedTuple):
 _ThreadSums = tuple[int, int, int, int, int, int]
 """Σ over a process's threads: on-CPU, run delay, (non)voluntary switches, read, write."""
 _NO_THREAD_DELTA: _ThreadSums = (0, 0, 0, 0, 0, 0)
-
-
-def _started_as(
-    start_ticks: int, record: ExitRecord, of_group: bool, hz: int, asleep_ns: int = 0
-) -> bool:
-    """Whether a task that started at `start_ticks` (clock ticks since boot, `/proc`'s,
-    rounded down) is the one an exit record says started at its `start_ns` (or its
-    process's, `of_group`): the record's arrival less the time the task lived (µs, rounded
-    down), never before the task's start, and later by as long as the record waited in the
-    socket, at most its `waited_ns`. So the task's start lies from `start_ns - waited_ns` to
-    `start_ns`, and that span must meet the tick `start_ticks` names; earlier by
-    `asleep_ns` too where the machine may have been suspended in the task's life."""
-    start_ns = record.group_start_ns if of_group else record.start_ns
-    low = ticks_to_ns(start_ticks, hz)
-    earliest = start_ns - record.waited_ns - asleep_ns
-    return low <= start_ns and earliest < ticks_to_ns(start_ticks + 1, hz)
-
-
-_READ = Fields()
-"""`_thread_delta`'s answer for a task read at or after its exit (a zombie): nothing left."""
-
-
-def _thread_delta(thread: ThreadReading, record: ExitRecord, read_alive: bool) -> Fields | None:
-    """A thread's last interval: the record's final counters less its cached ones; `_READ`
-    where every cached counter is at or past the record's (a pass read it after its exit,
-    as a zombie: its final schedule counts a switch and a few ns more), but for a task
-    `read_alive` (before its exit) that did not move since (a sleeper killed): its last
-    interval is nothing; None where some fell and some did not."""
-    values = tuple(map(sub, thread_counters(record), thread_counters(thread)))
-    if max(values) <= 0:
-        return Fields() if read_alive and min(values) == 0 else _READ
-    if min(values) < 0:
-        return None
-    return thread_delta(values)
-
-
-def _final(thread: ThreadReading, record: ExitRecord) -> ThreadReading:
-    """A cached thread with its exit record's final counters."""
-    return thread._replace(**dict(zip(THREAD_ATTRIBUTES, thread_counters(record), strict=True)))
-
-
-def _whole(record: ExitRecord, process_fields: _Pending | None) -> Fields:
-    """A task born since the previous pass, counted whole: its thread fields; and, where
-    its process was born since too and this is its last task (`process_fields`: the user
-    and system time and major faults of its tasks gone before, `Tracker._pending`), the
-    process's: those, its own, the process counted and its life observed (a process's
-    `stat` is the sum of its tasks')."""
-    fields = thread_fields(record)
-    if process_fields is not None:
-        fields.cpu_user_nanos = (record.utime_us + process_fields.utime_us) * 1000
-        fields.cpu_system_nanos = (record.stime_us + process_fields.stime_us) * 1000
-        fields.major_faults = record.major_faults + process_fields.major_faults
-        fields.processes = 1
-        fields.observed_nanos = record.group_lived_ns
-    return fields
-
-
-@dataclass(slots=True)
-class _Pending:
-    """What the tasks of a process born since the last pass that are gone add to its user
-    and system time and major faults, held until its last task's record (`_whole`) or a
-    pass's reading of the process, whose `stat` has them (then dropped)."""
-
-    group_start_ns: int
-    taken_at_pass: int
-    utime_us: int = 0
-    stime_us: int = 0
-    major_faults: int = 0
 
 
 def _process_fell(new: ProcessReading, old: ProcessReading, since_ns: int) -> bool:
@@ -251,7 +164,7 @@ class Tracker:
         self._forgotten_ns: int | None = None
         self._forgotten_slept_ns = 0  # the machine's time suspended by then
         self._contributed: set[int] = set()  # PIDs the last pass took a delta of
-        self._pending: dict[int, _Pending] = {}  # by PID: processes born since, never read
+        self._pending: dict[int, Pending] = {}  # by PID: processes born since, never read
         self._passes = 0
         self._closed: dict[int, int] = {}
 
@@ -271,11 +184,11 @@ class Tracker:
     def pend(self, tgid: int, group_start_ns: int, utime_us: int, stime_us: int, faults: int):
         """What tasks of a process born since, gone and folded as they came
         (`collector.exits.Fold`), add to its user and system time and major faults: held
-        as its own gone tasks' are (`_Pending`), for its last task's record, or dropped
+        as its own gone tasks' are (`Pending`), for its last task's record, or dropped
         where a pass reads the process."""
         pending = self._pending.get(tgid)
         if pending is None or abs(pending.group_start_ns - group_start_ns) > START_TOLERANCE_NS:
-            pending = self._pending[tgid] = _Pending(group_start_ns, self._passes)
+            pending = self._pending[tgid] = Pending(group_start_ns, self._passes)
         pending.utime_us += utime_us
         pending.stime_us += stime_us
         pending.major_faults += faults
@@ -421,7 +334,7 @@ class Tracker:
         closes the interval of the task the cache holds (read alive by the pass, or a zombie)
         or a pass dropped or replaced (gone before it was read: what the last passes left
         is kept while a record may come for it, `_keep_left`), the same guard as a
-        reading's: only where its start is that task's (`_started_as`), and not where a
+        reading's: only where its start is that task's (`started_as`), and not where a
         counter fell; a task not held that started after the end of the latest pass whose
         readings went (`_forgotten_ns`) was read by no pass, and counts whole; any other
         record closes nothing (`unmatched`). A record's life runs on the monotonic clock,
@@ -476,13 +389,13 @@ class Tracker:
             read_at = oldest_until = 0
             for readings, instants, until in places:
                 candidate = readings.get(tgid)
-                if candidate is None or not _started_as(candidate.start_ticks, record, True, hz):
+                if candidate is None or not started_as(candidate.start_ticks, record, True, hz):
                     continue
                 oldest_until = until or unchanged_since.get(tgid, first_until)
                 if process is None:
                     process, held, since = candidate, readings is cache, instants.get(tgid)
                 found = thread_of(candidate, record.pid)
-                if found is not None and _started_as(found.start_ticks, record, False, hz):
+                if found is not None and started_as(found.start_ticks, record, False, hz):
                     thread, finalise, read_at = found, readings is cache, candidate.at_ns
                     break
             # No pass read it (what they read and left is kept): it started after the
@@ -501,17 +414,17 @@ class Tracker:
             if born and asleep and thread is None:  # a suspend since: is it one held?
                 born = not any(
                     (held_process := readings.get(tgid)) is not None
-                    and _started_as(held_process.start_ticks, record, True, hz, asleep)
+                    and started_as(held_process.start_ticks, record, True, hz, asleep)
                     for readings, *_ in places
                 )
             if thread is not None:
                 # read alive, before it exited: at the earliest its record may have come
                 read_alive = read_at < record.received_ns - record.waited_ns
-                fields = _thread_delta(thread, record, read_alive)
+                fields = last_interval(thread, record, read_alive)
                 if fields is None:
                     result.outcomes["counter_fell"] += 1
                     continue
-                if fields is _READ:  # a pass read it after its exit: nothing left
+                if fields is READ:  # a pass read it after its exit: nothing left
                     if held and record.last:  # (`held` was set with `process`: not None)
                         self._closed[tgid] = process.start_ticks  # type: ignore[union-attr]
                     result.outcomes["read"] += 1
@@ -524,7 +437,7 @@ class Tracker:
                     and forgotten is not None
                     and record.group_start_ns - record.waited_ns - asleep > forgotten
                 )
-                fields = _whole(record, self._pending_of(record) if process_born else None)
+                fields = whole(record, self._pending_of(record) if process_born else None)
             else:
                 result.outcomes["unmatched"] += 1
                 continue
@@ -536,7 +449,7 @@ class Tracker:
                 if held:
                     self._closed[tgid] = process.start_ticks
             if thread is not None and finalise:  # once every record is closed (below)
-                finals.setdefault(tgid, {})[id(thread)] = _final(thread, record)
+                finals.setdefault(tgid, {})[id(thread)] = final_thread(thread, record)
             delta = ExitDelta(record, fields, process, record.ppid)
             if sink is None:
                 result.deltas.append(delta)
@@ -547,9 +460,9 @@ class Tracker:
             self._finalise(tgid, threads)
         return result
 
-    def _pending_of(self, record: ExitRecord) -> _Pending | None:
+    def _pending_of(self, record: ExitRecord) -> Pending | None:
         """For a task of a process no pass read, born since: its process's fields where it
-        is the last task (those its gone tasks left, `_Pending`, with its own); else None,
+        is the last task (those its gone tasks left, `Pending`, with its own); else None,
         its own held for the last one."""
         tgid = record.tgid or record.pid
         pending = self._pending.get(tgid)
@@ -559,9 +472,9 @@ class Tracker:
             pending = None  # another process's, under a PID since reused
         if record.last:
             self._pending.pop(tgid, None)
-            return pending or _Pending(record.group_start_ns, self._passes)
+            return pending or Pending(record.group_start_ns, self._passes)
         if pending is None:
-            pending = self._pending[tgid] = _Pending(record.group_start_ns, self._passes)
+            pending = self._pending[tgid] = Pending(record.group_start_ns, self._passes)
         pending.utime_us += record.utime_us
         pending.stime_us += record.stime_us
         pending.major_faults += record.major_faults

@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 
 from collector.cli import build_engine
+from collector.closing import START_TOLERANCE_NS
 from collector.engine import Engine, PassResult
 from collector.exits import MAX_WAIT_SECONDS, ExitListener
 from collector.model import Fields
-from collector.tracker import START_TOLERANCE_NS
 from tests.kernel.test_kernel import pod, pod_interval  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.kernel

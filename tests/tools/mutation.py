@@ -117,6 +117,7 @@ ENGINE = "collector/engine.py"
 CGROUPPASS = "collector/cgrouppass.py"
 TRACKER = "collector/tracker.py"
 EXITS = "collector/exits.py"
+CLOSING = "collector/closing.py"
 CGROUPGUARD = "collector/cgroupguard.py"
 AGGREGATE = "collector/aggregate.py"
 GROUPS = "collector/groups.py"
@@ -555,7 +556,7 @@ def _mutants() -> Iterator[Mutant]:
         "a process born and gone loses the major faults of its tasks gone before its last",
     )  # fmt: skip
     yield m(
-        "tracker/whole-pending-faults-dropped", TRACKER,
+        "closing/whole-pending-faults-dropped", CLOSING,
         "fields.major_faults = record.major_faults + process_fields.major_faults",
         "fields.major_faults = record.major_faults",
         "a process born and gone counts its last task's major faults alone",

@@ -66,7 +66,7 @@ PINNED = {
     "collector.top.threads._ThreadLast": ("pid", "start_ticks", "counters"),
     "collector.tracker.ProcessDelta": ("reading", "fields", "born"),
     "collector.tracker.CarriedDelta": ("block", "readings", "observed_ns"),
-    "collector.tracker.ExitDelta": ("record", "fields", "process", "ppid"),
+    "collector.closing.ExitDelta": ("record", "fields", "process", "ppid"),
     "collector.tracker._Kept": ("readings", "instant"),
     "collector.tracker._LeftBehind": ("read_until_ns", "readings", "since", "slept_ns"),
     "collector.exits.ProcessEnd": ("tgid", "ppid", "start_ns", "received_ns", "waited_ns"),

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from collector.closing import START_TOLERANCE_NS, SUSPEND_SLACK_NS
 from collector.model import Fields
-from collector.tracker import MAX_KEPT_PASSES, START_TOLERANCE_NS, SUSPEND_SLACK_NS, Tracker
+from collector.tracker import MAX_KEPT_PASSES, Tracker
 from tests.exitrecords import START, record
 from tests.unit.test_tracker import HZ, SEC, TICK_NS, carry, proc, thread
 
@@ -758,7 +759,7 @@ def test_the_clocks_read_apart_are_no_suspend():
     process the cache holds counts whole however the two reads fell, short of a suspend
     (SUSPEND_SLACK_NS); past it, it could be a task the passes counted (its life ran on
     the stopped clock) and closes nothing."""
-    from collector.tracker import SUSPEND_SLACK_NS
+    from collector.closing import SUSPEND_SLACK_NS
 
     read = proc(10, START, at=200 * SEC, threads=[thread(10, START)])
     for slept, outcome in ((3 * 10**6, "born"), (SUSPEND_SLACK_NS + 1, "unmatched")):
