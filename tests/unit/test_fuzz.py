@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.cgroupguard import CgroupTracker
+from collector.fieldtable import PROCESS_FIELDS, THREAD_FIELDS, Field
 from collector.groups import classify
 from collector.model import (
     FIELD_NAMES,
@@ -26,6 +27,7 @@ from collector.model import (
     Malformed,
     Pressure,
     ProcessReading,
+    ThreadReading,
 )
 from collector.parse import (
     parse_cgroup,
@@ -225,26 +227,31 @@ def pass_sequence(draw):
                     if before
                     else max(start, draw(st.integers(0, at // TICK_NS)))
                 )
-                values = draw(counters(tuple(before[2:]) if before else None, 7))
+                values = draw(counters(tuple(before[2:]) if before else None, len(THREAD_COUNTERS)))
                 counters_of = dict(zip(THREAD_COUNTERS, values, strict=True))
                 threads.append(thread_reading(tid=tid, start_ticks=thread_start, **counters_of))
-            stat = draw(
-                counters((old.utime_ticks, old.stime_ticks, old.major_faults) if same else None, 3)
-            )
-            utime, stime, faults = stat
+            stat = draw(counters(tuple(getattr(old, a) for a in STAT) if same else None, len(STAT)))
             reading = process_reading(
-                pid=pid, start_ticks=start, at_ns=at, utime_ticks=utime, stime_ticks=stime,
-                major_faults=faults, threads=threads,
-            )  # fmt: skip
+                pid=pid,
+                start_ticks=start,
+                at_ns=at,
+                threads=threads,
+                **dict(zip(STAT, stat, strict=True)),
+            )
             readings.append(reading)
             alive[pid] = reading
         passes.append((listed_at, readings))
     return passes
 
 
-STAT = ("utime_ticks", "stime_ticks", "major_faults")
-THREAD_SUMS = {"on_cpu_nanos": 2, "run_delay_nanos": 3, "voluntary_switches": 5,
-               "nonvoluntary_switches": 6, "read_bytes": 7, "write_bytes": 8}  # fmt: skip
+# From the field table (collector/fieldtable.py): a field added there is fuzzed here too.
+STAT = tuple(field.reading or field.name for field in PROCESS_FIELDS)
+THREAD_SUMS = {field.name: ThreadReading._fields.index(field.reading) for field in THREAD_FIELDS}
+
+
+def in_interval(field: Field, value: int) -> int:
+    """A process counter's value as the interval holds it: clock ticks to ns."""
+    return value * TICK_NS if (field.reading or "").endswith("_ticks") else value
 
 
 def expected_thread_sum(reading, old, previous_listing: int, index: int) -> int:
@@ -302,8 +309,9 @@ def test_guard_on_births_continuations_and_falls():
                 if born:  # counted whole
                     exercised.add("born")
                     assert fields.observed_nanos == reading.at_ns - reading.start_ticks * TICK_NS
-                    assert fields.cpu_user_nanos == reading.utime_ticks * TICK_NS
-                    assert fields.major_faults == reading.major_faults
+                    for field in PROCESS_FIELDS:
+                        whole = in_interval(field, getattr(reading, field.reading or ""))
+                        assert getattr(fields, field.name) == whole, field.name
                     for name, index in THREAD_SUMS.items():
                         # every thread of a process born since the last pass is new too
                         born_threads = [
@@ -313,10 +321,10 @@ def test_guard_on_births_continuations_and_falls():
                 else:  # a continuation: exactly new - old
                     exercised.add("same")
                     assert fields.observed_nanos == reading.at_ns - old.at_ns
-                    assert (
-                        fields.cpu_user_nanos == (reading.utime_ticks - old.utime_ticks) * TICK_NS
-                    )
-                    assert fields.major_faults == reading.major_faults - old.major_faults
+                    for field in PROCESS_FIELDS:
+                        attribute = field.reading or ""
+                        moved = getattr(reading, attribute) - getattr(old, attribute)
+                        assert getattr(fields, field.name) == in_interval(field, moved), field.name
                     for name, index in THREAD_SUMS.items():
                         expected = expected_thread_sum(reading, old, previous_listing, index)
                         assert getattr(fields, name) == expected, name
