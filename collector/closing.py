@@ -11,7 +11,7 @@ from operator import sub
 from typing import NamedTuple
 
 from collector.exits import ExitRecord
-from collector.fieldtable import THREAD_ATTRIBUTES, thread_counters, thread_delta, thread_fields
+from collector.fieldtable import final_counters, thread_counters, thread_delta, thread_fields
 from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
 
 
@@ -82,7 +82,7 @@ def last_interval(thread: ThreadReading, record: ExitRecord, read_alive: bool) -
 
 def final_thread(thread: ThreadReading, record: ExitRecord) -> ThreadReading:
     """A cached thread with its exit record's final counters."""
-    return thread._replace(**dict(zip(THREAD_ATTRIBUTES, thread_counters(record), strict=True)))
+    return final_counters(thread, record)
 
 
 def whole(record: ExitRecord, process_fields: Pending | None) -> Fields:

@@ -19,7 +19,7 @@ from collector.cgrouppass import Cgroups
 from collector.closing import Closed, ExitDelta
 from collector.cpusets import Cpusets, cpu_set
 from collector.exits import ExitListener, ExitRecord, Fold
-from collector.fieldtable import thread_fields
+from collector.fieldtable import process_record_counters, thread_fields
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
@@ -345,9 +345,7 @@ class Engine:
             life = Life(fold.start_ns - fold.waited_ns, fold.start_ns, None, None, None, fold.ppid)
             cgroup, read = self._own_cgroup(fold.tgid, life)
             if fold.born and not read:  # its process's fields, for its last task's record
-                self.tracker.pend(
-                    fold.tgid, fold.start_ns, fold.utime_us, fold.stime_us, fold.major_faults
-                )
+                self.tracker.pend(fold.tgid, fold.start_ns, **process_record_counters(fold))
             own.append((fold, life, cgroup))
         taken: Counter[str] = Counter()
         closed = self.tracker.close(

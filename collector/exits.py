@@ -96,7 +96,9 @@ _TGID_VERSION = 12
 _TGID_BYTES = 384
 
 
-_SAME_NS = 1_000_000  # `Fold.same_process`'s slack past the records' waits
+_SAME_NS = 1_000_000
+"""How far apart two records' derived starts of one process may be past the longer of their
+waits (`ExitListener._take_one`: the same process, not another under its PID since)."""
 
 
 class Fold:
@@ -134,11 +136,6 @@ class Fold:
         self.voluntary_switches = self.nonvoluntary_switches = 0
         self.read_bytes = self.write_bytes = 0
         self.utime_us = self.stime_us = self.major_faults = 0
-
-    def same_process(self, start_ns: int, waited_ns: int) -> bool:
-        """Whether a record whose process's start it derives as `start_ns` is of this
-        process: the two starts as far apart as the records may have waited, and 1 ms."""
-        return abs(start_ns - self.start_ns) <= max(waited_ns, self.waited_ns) + _SAME_NS
 
 
 class ExitsUnavailable(Exception):
@@ -726,7 +723,7 @@ class ExitListener:
             return True
         start_ns = now - group_lived_us * 1000
         fold = self._folds.get(tgid)
-        # (`Fold.same_process`, written out: a call costs a tenth of the step)
+        # the same process: the two starts as far apart as the records may have waited
         if fold is None or abs(start_ns - fold.start_ns) > max(waited, fold.waited_ns) + _SAME_NS:
             if fold is not None:
                 self._folds_done.append(fold)
@@ -750,7 +747,8 @@ class ExitListener:
     def _take_stats(self, data: bytes, now: int, waited: int) -> None:
         """One record (`struct taskstats`) of a message `_take_one` does not take: laid out
         as one record's message and taken by it where it is of version 12 or later, else
-        queued (an older kernel's names no process: no fold), or refused where too short."""
+        queued (an older kernel's names no process: no fold), or refused where too short.
+        (A listener given no family, as a test's may be, queues them all.)"""
         if len(data) >= _STATS.size and _HEAD.unpack_from(data, 0)[0] >= _TGID_VERSION:
             pid = _IDS.unpack_from(data, 128)[0]
             stats_length = 4 + len(data)

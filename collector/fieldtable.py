@@ -24,11 +24,14 @@ How the guard treats a field is its kind (docs/reference.md §2):
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from collector.model import Fields
+
+T = TypeVar("T")
 
 
 class Kind(Enum):
@@ -138,7 +141,6 @@ HELP = {field.name: field.help for field in FIELDS}
 COLUMNS: tuple[tuple[str, str], ...] = tuple((field.column, field.name) for field in FIELDS)
 """`once`'s table: each field's column title, in order."""
 
-_THREAD_NAMES = tuple(field.name for field in THREAD_FIELDS)
 THREAD_ATTRIBUTES = tuple(field.reading or field.name for field in THREAD_FIELDS)
 """The thread counters' attribute names: a `ThreadReading`'s, an `ExitRecord`'s, a `Fold`'s."""
 thread_counters = operator.attrgetter(*THREAD_ATTRIBUTES)
@@ -146,18 +148,47 @@ thread_counters = operator.attrgetter(*THREAD_ATTRIBUTES)
 or a `Fold` (the same attribute on each)."""
 
 
-def thread_fields(source: object) -> Fields:
-    """The thread fields of a task (an `ExitRecord`) or of the tasks a `Fold` holds, whole."""
-    return thread_delta(thread_counters(source))
+def process_record_counters(source: object) -> dict[str, int]:
+    """The process counters of an `ExitRecord` or of the tasks a `Fold` holds, by their
+    record attribute (`Tracker.pend`'s keywords)."""
+    return {field.record: getattr(source, field.record) for field in PROCESS_FIELDS if field.record}
 
 
-def thread_delta(values: Iterable[int]) -> Fields:
-    """`Fields` of thread counters given in the table's order; every other field 0."""
-    return Fields(**dict(zip(_THREAD_NAMES, values, strict=True)))
+def _written_out(name: str, arguments: str, body: str, doc: str) -> Callable:
+    """A function whose body is generated from the table, as the standard library's
+    `namedtuple` and `dataclass` write their methods: each attribute named in the code, so
+    it costs what the hand-written one did (a pass closes hundreds of records with these;
+    building `Fields` from a mapping costs a third more). The table is this module's own
+    constant: nothing from outside reaches the code."""
+    namespace: dict[str, object] = {"Fields": Fields}
+    exec(f"def {name}({arguments}):\n    return {body}\n", namespace)
+    function = namespace[name]
+    assert callable(function)
+    function.__doc__ = doc
+    function.__module__ = __name__
+    return function
+
+
+thread_fields: Callable[[object], Fields] = _written_out(
+    "thread_fields", "source",
+    "Fields(" + ", ".join(f"{f.name}=source.{f.reading}" for f in THREAD_FIELDS) + ")",
+    "The thread fields of a task (an `ExitRecord`) or of the tasks a `Fold` holds, whole.",
+)  # fmt: skip
+thread_delta: Callable[[Sequence[int]], Fields] = _written_out(
+    "thread_delta", "values",
+    "Fields(" + ", ".join(f"{f.name}=values[{i}]" for i, f in enumerate(THREAD_FIELDS)) + ")",
+    "`Fields` of thread counters given in the table's order; every other field 0.",
+)  # fmt: skip
+final_counters: Callable[[T, object], T] = _written_out(
+    "final_counters", "thread, record",
+    "thread._replace(" + ", ".join(f"{a}=record.{a}" for a in THREAD_ATTRIBUTES) + ")",
+    "A `ThreadReading` with a record's thread counters (its final ones).",
+)  # fmt: skip
 
 
 def markdown_table() -> str:
-    """docs/reference.md §3's table, as the docs hold it (`tests/integration/test_docs.py`)."""
+    """docs/reference.md §3's table, as the docs hold it (`tests/unit/test_fieldtable.py`;
+    `python -m tests.tools.fieldsdoc` writes it there)."""
     lines = [
         "| field | unit | meaning | source | exit record |",
         "| --- | --- | --- | --- | --- |",

@@ -181,17 +181,20 @@ class Tracker:
     def tracked_threads(self) -> int:
         return sum(len(reading.threads) for reading in self._cache.values())
 
-    def pend(self, tgid: int, group_start_ns: int, utime_us: int, stime_us: int, faults: int):
+    def pend(
+        self, tgid: int, group_start_ns: int, *, utime_us: int, stime_us: int, major_faults: int
+    ) -> None:
         """What tasks of a process born since, gone and folded as they came
         (`collector.exits.Fold`), add to its user and system time and major faults: held
         as its own gone tasks' are (`Pending`), for its last task's record, or dropped
-        where a pass reads the process."""
+        where a pass reads the process. Its keywords are the process counters' record
+        attributes (`fieldtable.process_record_counters`)."""
         pending = self._pending.get(tgid)
         if pending is None or abs(pending.group_start_ns - group_start_ns) > START_TOLERANCE_NS:
             pending = self._pending[tgid] = Pending(group_start_ns, self._passes)
         pending.utime_us += utime_us
         pending.stime_us += stime_us
-        pending.major_faults += faults
+        pending.major_faults += major_faults
 
     def held(self, pid: int) -> Iterator[tuple[ProcessReading, int | None]]:
         """The readings of PID `pid` held: the cache's (None: alive when its pass read it),

@@ -569,6 +569,12 @@ def _mutants() -> Iterator[Mutant]:
         "a thread no pass read, folded as it came, loses its major faults",
     )  # fmt: skip
     yield m(
+        "exits/queued-times-swapped", EXITS,
+        "write_bytes, utime_us, stime_us, majflt, waited,",
+        "write_bytes, stime_us, utime_us, majflt, waited,",
+        "a last task's record, queued for the pass, takes its user time for its system time",
+    )  # fmt: skip
+    yield m(
         "exits/fold-switches-swapped", EXITS,
         "fold.nonvoluntary_switches += nonvoluntary",
         "fold.nonvoluntary_switches += voluntary",

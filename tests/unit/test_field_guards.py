@@ -11,7 +11,7 @@ import pytest
 
 from collector import fieldtable
 from collector.exits import ExitRecord
-from collector.fieldtable import PROCESS_FIELDS, THREAD_FIELDS, Field
+from collector.fieldtable import PROCESS_FIELDS, THREAD_FIELDS, Field, process_record_counters
 from collector.model import FIELD_NAMES, Fields
 from collector.tracker import Tracker
 from tests.exitrecords import START, record
@@ -226,5 +226,21 @@ def test_a_process_born_and_gone_counts_its_tasks_counters_summed(field):
     for delta in closed.deltas:
         total.add(delta.fields)
     assert total.as_dict() == only(
+        field, in_ns(field, 10, field.record), processes=1, observed_nanos=5 * SEC
+    )
+
+
+@named(PROCESS_FIELDS)
+def test_a_process_born_and_gone_counts_the_threads_folded_as_they_came(field):
+    """Its threads no pass read were folded by the listener (`Fold`), their process counters
+    pended by the engine (`Tracker.pend`, its keywords the table's record attributes); its
+    last task's record adds its own."""
+    tracker, _ = passes([], [])
+    folded = dict.fromkeys(process_record_counters(record(1, at=SEC, lived=SEC)), 0)
+    folded[field.record or ""] = 4
+    tracker.pend(77, 205 * SEC, **folded)
+    closed = tracker.close([exit_record(field, 6, 77, at=210 * SEC, lived=5 * SEC)])
+    (delta,) = closed.deltas
+    assert delta.fields.as_dict() == only(
         field, in_ns(field, 10, field.record), processes=1, observed_nanos=5 * SEC
     )
