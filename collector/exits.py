@@ -680,12 +680,14 @@ class ExitListener:
         """Take a datagram of one exit record in the kernel's own layout (its message, its
         AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack: folded
         (`Fold`) where it is a thread's, not its process's last task, that no pass read nor
-        will read, else queued for the next pass (`_queued`). False for anything else, which
-        `parse_messages` then reads (and refuses where it must): a process's last task's
-        message, its AGGR_TGID beside, or a STATS attribute after a pad (`nla_reserve_64bit`
-        where unaligned access is slow); each record of those comes back here laid out the
-        same way (`_take_stats`). The one step every record takes, at ~1 µs in Python
-        (`python -m collector.bench.exitpath`): written for that, not in smaller steps."""
+        will read, else queued for the next pass (`_queued`). What follows the STATS in the
+        message is not read: in a process's last task's message, its AGGR_TGID, whose sums
+        are its tasks' own records again (`parse_messages` does not take them either). False
+        for anything else, which `parse_messages` then reads (and refuses where it must): a
+        STATS attribute after a pad (`nla_reserve_64bit` where unaligned access is slow), an
+        older kernel's record; each record of those comes back here laid out the same way
+        (`_take_stats`). The one step every record takes, at ~1 µs in Python (`python -m
+        collector.bench.exitpath`): written for that, not in smaller steps."""
         if size < _WHOLE_BYTES:
             return False
         (length, kind, command, aggregate, pid_length, pid_kind, pid, stats_length, stats_kind,

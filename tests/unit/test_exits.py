@@ -312,6 +312,36 @@ def test_a_record_taken_the_quick_way_is_the_one_parse_stats_reads():
     assert list(records) == [parse_stats(stats, 10 * SEC)] * 3
 
 
+def test_a_last_tasks_message_is_taken_the_quick_way_its_process_sums_left():
+    """A multi-threaded process's last task's message carries its AGGR_TGID after the
+    task's own record: the quick step takes the record, once, and leaves the sums (its
+    tasks' own records again), as `parse_messages` does."""
+    stats = taskstats(40, 40, on_cpu=7)
+    sums = taskstats(40, 40, on_cpu=12)
+    data = bytearray(
+        message(
+            attribute(
+                TASKSTATS_TYPE_AGGR_PID,
+                attribute(TASKSTATS_TYPE_PID, struct.pack("=I", 40))
+                + attribute(TASKSTATS_TYPE_STATS, stats),
+            ),
+            attribute(
+                TASKSTATS_TYPE_AGGR_TGID,
+                attribute(TASKSTATS_TYPE_TGID, struct.pack("=I", 40))
+                + attribute(TASKSTATS_TYPE_STATS, sums),
+            ),
+        )
+    )
+    kernel = Netlink()
+    listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY)
+    try:
+        assert listener._take_one(data, len(data), 10 * SEC, 0)
+        records, folds = listener.take()
+    finally:
+        listener.close()
+    assert [(r.pid, r.on_cpu_ns, r.last) for r in records] == [(40, 7, True)] and not folds
+
+
 def test_a_process_taken_again_under_its_pid_is_another_fold():
     kernel, clock = Netlink(), Clock(10 * SEC)
     listener = ExitListener(clock=clock, sock=kernel, family=FAMILY).listen()
