@@ -133,7 +133,6 @@ FIELDS: tuple[Field, ...] = (
 )  # fmt: skip
 """In `Fields`' order (docs/reference.md §3's)."""
 
-BY_NAME = {field.name: field for field in FIELDS}
 THREAD_FIELDS = tuple(field for field in FIELDS if field.kind is Kind.THREAD)
 PROCESS_FIELDS = tuple(field for field in FIELDS if field.kind is Kind.PROCESS)
 
