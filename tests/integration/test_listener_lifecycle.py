@@ -116,9 +116,15 @@ def test_server_close_waits_for_the_work_in_flight_and_leaves_no_descriptor(chec
     runs past it, whichever ends last), and with the event loop's descriptors closed."""
     before = len(os.listdir("/proc/self/fd"))
     ended: list[str] = []
+    started = {"/gate": threading.Event(), "/aside": threading.Event()}
+    go = threading.Event()
 
     def handler(request: Request) -> Deferred:
         def work() -> Response:
+            # Both are held in flight until the test has seen them so: a check shorter than
+            # the test's polling must not end before it is seen.
+            started[request.path].set()
+            go.wait(10)
             time.sleep(check if request.path == "/gate" else view)
             ended.append(request.path)
             return Response(200, b"made\n")
@@ -131,8 +137,10 @@ def test_server_close_waits_for_the_work_in_flight_and_leaves_no_descriptor(chec
             for path in ("/gate", "/aside"):
                 client = clients.enter_context(socket.create_connection(("127.0.0.1", port)))
                 client.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            wait_until(lambda: listener.admission.gates == 1, 10, "a check being made")
-            wait_until(lambda: listener.admission.aside == 1, 10, "a view being made")
+            for path, event in started.items():
+                assert event.wait(10), f"{path} not in flight within 10s"
+            assert (listener.admission.gates, listener.admission.aside) == (1, 1)
+            go.set()
         assert sorted(ended) == ["/aside", "/gate"]
         assert listener.loop.is_closed()
     assert len(os.listdir("/proc/self/fd")) == before
