@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar, overload
 
+from collector import datagrams
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -469,8 +471,8 @@ class ExitListener:
         self._lock = threading.Lock()
         self._registered_at = clock()
         self._empty_at = self._registered_at  # the socket was found empty (made so, here)
-        self._buffer = bytearray(1 << 20)
         self._socket = self._register() if sock is None else sock  # given: registered
+        self._reader = datagrams.of(self._socket)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
 
@@ -631,18 +633,19 @@ class ExitListener:
                 self._wait()
 
     def _drain(self) -> int:
-        """Take every record the socket holds now; how many came. Each is stamped with the
-        clock when it was read, and with how long it may have waited: since the last read
-        that found the socket empty (the clock taken before that read), so never less than
-        it did. One reader at a time (the listener's thread, or a pass: `pass_began`)."""
-        sock, clock = self._socket, self.clock
+        """Take every record the socket holds now, in batches (collector/datagrams.py:
+        `recvmmsg`, up to 256 a call); how many came. Each is stamped with the clock when
+        its batch was read, and with how long it may have waited: since the last read that
+        found the socket empty (the clock taken before that read), so never less than it
+        did. One reader at a time (the listener's thread, or a pass: `pass_began`)."""
+        reader, clock, refused = self._reader, self.clock, self.refused
+        take = self._take_one
         came = 0
         with self._lock:
-            buffer = self._buffer
             tried_at = clock()
             while True:
                 try:
-                    size, sender = sock.recvfrom_into(buffer)
+                    got = reader.receive()
                 except (BlockingIOError, TimeoutError):  # empty since `tried_at` at least
                     self._empty_at = tried_at
                     return came
@@ -654,30 +657,45 @@ class ExitListener:
                         log.debug("exit records: %s", error)
                     self._closed.set()  # closed, or failing: listening ends
                     return came
-                now = tried_at = clock()  # (before the next read: it may find it empty)
-                if sender[0]:  # another process, sending to our port (`from_kernel`)
-                    self.refused["not_kernel"] += 1
-                    continue
-                if not size:
-                    continue
-                came += 1
+                now = clock()
                 waited = now - self._empty_at
-                if self._take_one(buffer, size, now, waited):
-                    continue
-                try:
-                    stats_of, _ = parse_messages(
-                        bytes(buffer[:size]), now, _as_read, family=self.family,
-                        refused=self.refused,
-                    )  # fmt: skip
-                    for stats in stats_of:
-                        self._take_stats(stats, now, waited)
-                except Exception:  # a datagram no kernel sends: listening goes on
-                    self.refused["malformed"] += 1
-                    if self.refused["malformed"] == 1:
-                        log.warning("exit records: a message could not be read", exc_info=True)
+                buffer, slot, sizes, ports = reader.buffer, reader.slot, reader.sizes, reader.ports
+                for i in range(got):
+                    if ports[i]:  # another process, sending to our port (`from_kernel`)
+                        refused["not_kernel"] += 1
+                        continue
+                    size = sizes[i]
+                    if size <= 0:
+                        if size:  # cut to its slot (`datagrams.MSG_TRUNC`)
+                            refused["malformed"] += 1
+                        continue
+                    came += 1
+                    if not take(buffer, i * slot, size, now, waited):
+                        self._take_message(bytes(buffer[i * slot : i * slot + size]), now, waited)
+                if got < reader.full:  # the socket was found empty within that read
+                    self._empty_at = tried_at
+                    return came
+                tried_at = now  # (before the next read: it may find it empty)
 
-    def _take_one(self, buffer: bytes | bytearray, size: int, now: int, waited: int) -> bool:
-        """Take a datagram of one exit record in the kernel's own layout (its message, its
+    def _take_message(self, data: bytes, now: int, waited: int) -> None:
+        """A datagram `_take_one` does not take, read by `parse_messages` (which refuses
+        what it must), each record in it taken (`_take_stats`)."""
+        try:
+            stats_of, _ = parse_messages(
+                data, now, _as_read, family=self.family, refused=self.refused
+            )
+            for stats in stats_of:
+                self._take_stats(stats, now, waited)
+        except Exception:  # a datagram no kernel sends: listening goes on
+            self.refused["malformed"] += 1
+            if self.refused["malformed"] == 1:
+                log.warning("exit records: a message could not be read", exc_info=True)
+
+    def _take_one(
+        self, buffer: bytes | bytearray, at: int, size: int, now: int, waited: int
+    ) -> bool:
+        """Take a datagram of one exit record (`size` bytes at `at` in `buffer`) in the
+        kernel's own layout (its message, its
         AGGR_PID's PID and STATS, in that order; version 12 or later), in one unpack: folded
         (`Fold`) where it is a thread's, not its process's last task, that no pass read nor
         will read, else queued for the next pass (`_queued`). What follows the STATS in the
@@ -693,7 +711,7 @@ class ExitListener:
         (length, kind, command, aggregate, pid_length, pid_kind, pid, stats_length, stats_kind,
          version, flag, delay, run, task, ppid, lived_us, utime_us, stime_us, majflt,
          read_bytes, write_bytes, voluntary, nonvoluntary, tgid,
-         group_lived_us) = _WHOLE.unpack_from(buffer, 0)  # fmt: skip
+         group_lived_us) = _WHOLE.unpack_from(buffer, at)  # fmt: skip
         if not (
             kind == self.family
             and command == TASKSTATS_CMD_NEW
@@ -715,7 +733,7 @@ class ExitListener:
             or now - lived_us * 1000 - waited <= born_after
             or (self._listing_from is not None and now >= self._listing_from)
         ):
-            comm = bytes(buffer[_STATS_AT + 80 : _STATS_AT + 96])
+            comm = bytes(buffer[at + _STATS_AT + 80 : at + _STATS_AT + 96])
             packed = _PACKED.pack(
                 task, tgid, ppid, bool(flag & AGROUP), comm, now, lived_us * 1000,
                 group_lived_us * 1000, run, delay, voluntary, nonvoluntary, read_bytes,
@@ -760,7 +778,7 @@ class ExitListener:
                 stats_length, TASKSTATS_TYPE_STATS,
             )  # fmt: skip
             message = head + data
-            if self._take_one(message, len(message), now, waited):
+            if self._take_one(message, 0, len(message), now, waited):
                 return
         packed = pack_stats(data, now, waited)
         if packed is None:

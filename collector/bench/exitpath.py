@@ -103,7 +103,7 @@ def taking_now(data: bytes, count: int) -> float:
     listener = ExitListener(clock=time.monotonic_ns, sock=Quiet(), family=FAMILY)  # type: ignore[arg-type]
     listener.pass_read(0)
     buffer = bytearray(data)
-    return per_call(lambda i: listener._take_one(buffer, len(data), 10**15, 1000), count)
+    return per_call(lambda i: listener._take_one(buffer, 0, len(data), 10**15, 1000), count)
 
 
 def taking_before(pid: int, data: bytes, count: int) -> float:

@@ -335,7 +335,7 @@ def test_a_last_tasks_message_is_taken_the_quick_way_its_process_sums_left():
     kernel = Netlink()
     listener = ExitListener(clock=lambda: 10 * SEC, sock=kernel, family=FAMILY)
     try:
-        assert listener._take_one(data, len(data), 10 * SEC, 0)
+        assert listener._take_one(data, 0, len(data), 10 * SEC, 0)
         records, folds = listener.take()
     finally:
         listener.close()
