@@ -43,13 +43,15 @@ class Reader(Protocol):
 
     buffer: bytearray
     slot: int
-    full: int  # datagrams a `receive()` reads at most: fewer, the socket was found empty
-    sizes: tuple[int, ...]
-    ports: tuple[int, ...]
+    sizes: tuple[int, ...]  # of the datagrams the last `receive()` read, at their slots
+    ports: tuple[int, ...]  # (past the count it returned: stale)
 
     def receive(self) -> int:
         """Read what the socket holds, up to a batch: how many datagrams (at least one);
-        BlockingIOError (or TimeoutError) where it holds none; OSError as the read's."""
+        BlockingIOError (or TimeoutError) where it holds none; OSError as the read's. A
+        batch smaller than a full one does not say the socket was found empty: the
+        kernel's `recvmmsg` also ends a batch early at an error (a netlink overrun's
+        ENOBUFS), which the next call reports; only BlockingIOError says so."""
         ...
 
 
@@ -95,21 +97,29 @@ _RECVMMSG = _recvmmsg()
 
 class Batches:
     """`recvmmsg` into `slots` slots of `slot` bytes each (see the module's docstring). The
-    memory is Python's (bytearrays, their addresses handed to the kernel once): `buffer` is
-    read with `struct.unpack_from` as any bytearray."""
+    memory is Python's (bytearrays, their addresses handed to the kernel once, and pinned:
+    a bytearray exported to ctypes cannot be resized, so never moves): `buffer` is read
+    with `struct.unpack_from` as any bytearray. Of what the kernel writes back into the
+    headers, each message's size and flags are read; its `msg_namelen` comes back as the
+    12 bytes of a `sockaddr_nl` on a netlink socket, and nothing else it writes is used
+    again, so nothing is reset between calls."""
 
     def __init__(self, sock: socket.socket, slots: int = SLOTS, slot: int = SLOT_BYTES):
         if _RECVMMSG is None:
             raise OSError(errno.ENOSYS, "libc has no recvmmsg")
-        self._socket = sock  # held: its descriptor is read
-        self._fd = sock.fileno()
-        self.slot, self.full = slot, slots
+        # the descriptor is asked of the socket at each call: -1 once it is closed (EBADF),
+        # never a number since given to another file
+        self._socket = sock
+        self.slot, self._slots = slot, slots
         self.buffer = bytearray(slots * slot)
         self._names = bytearray(slots * _NAME_BYTES)
         self._iovecs = (_IOVec * slots)()
         self._headers = (_MMsgHdr * slots)()
-        base = ctypes.addressof((ctypes.c_char * len(self.buffer)).from_buffer(self.buffer))
-        names = ctypes.addressof((ctypes.c_char * len(self._names)).from_buffer(self._names))
+        self._pins = (
+            (ctypes.c_char * len(self.buffer)).from_buffer(self.buffer),
+            (ctypes.c_char * len(self._names)).from_buffer(self._names),
+        )
+        base, names = (ctypes.addressof(pin) for pin in self._pins)
         for i in range(slots):
             self._iovecs[i].base, self._iovecs[i].length = base + i * slot, slot
             header = self._headers[i].hdr
@@ -127,12 +137,15 @@ class Batches:
         self.ports: tuple[int, ...] = ()
 
     def receive(self) -> int:
-        got = _RECVMMSG(self._fd, self._headers, self.full, MSG_DONTWAIT, None)
-        if got <= 0:
+        while True:
+            got = _RECVMMSG(self._socket.fileno(), self._headers, self._slots, MSG_DONTWAIT, None)
+            if got > 0:
+                break
             code = ctypes.get_errno() if got < 0 else errno.EAGAIN
             if code in (errno.EAGAIN, errno.EWOULDBLOCK):
                 raise BlockingIOError(code, os.strerror(code))
-            raise OSError(code, os.strerror(code))
+            if code != errno.EINTR:  # (retried, as Python's own socket calls are: PEP 475)
+                raise OSError(code, os.strerror(code))
         sizes = self._sizes.unpack_from(self._view)
         flags = self._flags.unpack_from(self._view)
         if any(flag & MSG_TRUNC for flag in flags[:got]):  # cut to the slot: not taken
@@ -149,9 +162,7 @@ class _Socket(Protocol):
 
 class OneByOne:
     """`recvfrom_into`, a datagram a call: for a socket `Batches` cannot read (a test's
-    stand-in; a libc without `recvmmsg`)."""
-
-    full = 1
+    stand-in; a libc without `recvmmsg`, or a seccomp profile that refuses it)."""
 
     def __init__(self, sock: _Socket, slot: int = 1 << 20):
         self._socket = sock

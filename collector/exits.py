@@ -638,10 +638,10 @@ class ExitListener:
         its batch was read, and with how long it may have waited: since the last read that
         found the socket empty (the clock taken before that read), so never less than it
         did. One reader at a time (the listener's thread, or a pass: `pass_began`)."""
-        reader, clock, refused = self._reader, self.clock, self.refused
-        take = self._take_one
+        clock, refused, take = self.clock, self.refused, self._take_one
         came = 0
         with self._lock:
+            reader = self._reader
             tried_at = clock()
             while True:
                 try:
@@ -653,11 +653,17 @@ class ExitListener:
                     if error.errno == errno.ENOBUFS:  # the buffer overflowed: records lost
                         self.overflows += 1
                         continue
+                    if error.errno in (errno.ENOSYS, errno.EPERM) and isinstance(
+                        reader, datagrams.Batches
+                    ):  # refused `recvmmsg` (a seccomp profile): a datagram a call
+                        log.warning("exit records: recvmmsg refused (%s)", error.strerror)
+                        reader = self._reader = datagrams.OneByOne(self._socket)
+                        continue
                     if error.errno not in (errno.EBADF, errno.ENOTSOCK):
                         log.debug("exit records: %s", error)
                     self._closed.set()  # closed, or failing: listening ends
                     return came
-                now = clock()
+                now = tried_at = clock()  # (before the next read: it may find it empty)
                 waited = now - self._empty_at
                 buffer, slot, sizes, ports = reader.buffer, reader.slot, reader.sizes, reader.ports
                 for i in range(got):
@@ -672,10 +678,6 @@ class ExitListener:
                     came += 1
                     if not take(buffer, i * slot, size, now, waited):
                         self._take_message(bytes(buffer[i * slot : i * slot + size]), now, waited)
-                if got < reader.full:  # the socket was found empty within that read
-                    self._empty_at = tried_at
-                    return came
-                tried_at = now  # (before the next read: it may find it empty)
 
     def _take_message(self, data: bytes, now: int, waited: int) -> None:
         """A datagram `_take_one` does not take, read by `parse_messages` (which refuses

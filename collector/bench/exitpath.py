@@ -3,12 +3,14 @@
 Each step of a record's way through a served process, timed in this process over many
 records on the thread's own CPU clock (no root, no kernel records: datagrams in the
 kernel's layout, `tests/exitrecords.py`'s shape, made here): reading one datagram off a
-socket; taking it the way the listener does now (`ExitListener._take_one`: folded as a
-thread no pass reads, or queued); the way it did before folding (`parse_messages` into a
-packed record, then `Tracker.close` in the pass, each record one by one); and a wake-up of
-a thread that sleeps and is woken (what a record costs where records come one at a time).
-Each is printed in µs and as a ratio to the cheapest step measured in the same run, reading
-a datagram, so that the ratios hold from one machine to another.
+socket, and the kernel's own datagrams off a netlink socket one a call and in batches (the
+listener's way, `recvmmsg`); taking it the way the listener does now
+(`ExitListener._take_one`: folded as a thread no pass reads, or queued); the way it did
+before folding (`parse_messages` into a packed record, then `Tracker.close` in the pass,
+each record one by one); and a wake-up of a thread that sleeps and is woken (what a record
+costs where records come one at a time). Each is printed in µs and as a ratio to the
+cheapest step measured in the same run, reading a datagram, so that the ratios hold from
+one machine to another.
 """
 
 from __future__ import annotations
@@ -20,14 +22,21 @@ import sys
 import threading
 import time
 
+from collector import datagrams
 from collector.exits import (
     AGROUP,
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    GENL_ID_CTRL,
+    NETLINK_GENERIC,
     TASKSTATS_CMD_NEW,
     TASKSTATS_TYPE_AGGR_PID,
     TASKSTATS_TYPE_PID,
     TASKSTATS_TYPE_STATS,
     ExitListener,
     ExitRecords,
+    _attribute,
+    _request,
     pack_stats,
     parse_messages,
 )
@@ -97,6 +106,33 @@ def reading_a_datagram(data: bytes, count: int) -> float:
     finally:
         ours.close()
         theirs.close()
+
+
+def reading_the_kernels(count: int, batched: bool, at_once: int = 100) -> float:
+    """µs to read one of the kernel's own datagrams off a netlink socket: its answers to
+    `CTRL_CMD_GETFAMILY` (no root), asked for `at_once` at a time, read one a call
+    (`recvfrom_into`) or in batches (`recvmmsg`: collector/datagrams.py)."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+    try:
+        sock.bind((0, 0))
+        sock.setblocking(False)
+        reader = datagrams.Batches(sock) if batched else datagrams.OneByOne(sock)
+        name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
+        request = _request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, 1)
+        spent = read = 0
+        while read < count:
+            for _ in range(at_once):
+                sock.send(request)  # answered in the send
+            began = time.thread_time_ns()
+            while True:
+                try:
+                    read += reader.receive()
+                except BlockingIOError:
+                    break
+            spent += time.thread_time_ns() - began
+        return spent / read / 1000
+    finally:
+        sock.close()
 
 
 def taking_now(data: bytes, count: int) -> float:
@@ -169,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     read = reading_a_datagram(thread, count)
     rows = [
         ("reading a datagram off a socket", read),
+        ("the kernel's, off netlink, one a call", reading_the_kernels(count, batched=False)),
+        ("the kernel's, off netlink, in batches", reading_the_kernels(count, batched=True)),
         ("taking it now, a thread no pass reads: folded", taking_now(thread, count)),
         ("taking it now, a process's last task: queued", taking_now(last, count)),
         ("before: parsed, packed, queued, closed in the pass", taking_before(501, thread, count)),

@@ -656,7 +656,7 @@ def test_exitpath_prints_each_step_in_us_and_as_a_ratio_to_reading():
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["step", "µs", "of", "reading"]
-    assert len(rows) == 5 and rows[0].startswith("reading a datagram off a socket")
+    assert len(rows) == 7 and rows[0].startswith("reading a datagram off a socket")
     for row in rows:
         micros, ratio = (float(x) for x in row.split()[-2:])
         assert micros > 0 and ratio > 0

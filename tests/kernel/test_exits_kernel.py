@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
-import struct
 import subprocess
 import time
 from dataclasses import replace
@@ -386,25 +384,3 @@ def test_a_forged_record_from_another_user_with_net_admin_counts_nothing(pod):  
     assert all(f.on_cpu_nanos < 100 * 10**9 for f in result.intervals.values())
     assert engine.exits.refused["not_kernel"] == (1 if outcome == "sent" else 0)
     print(f"\nthe forged record: {outcome}")
-
-
-def test_a_batch_names_each_datagrams_sender():
-    """A datagram another socket sends (root may: CAP_NET_ADMIN) is read in a batch with
-    that socket's port id beside the kernel's own answer with port 0, each at its slot:
-    what the listener refuses as `not_kernel` (collector/datagrams.py, `Batches`)."""
-    from collector import datagrams, exits
-
-    with (
-        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, exits.NETLINK_GENERIC) as ours,
-        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, exits.NETLINK_GENERIC) as theirs,
-    ):
-        ours.bind((0, 0))
-        theirs.bind((0, 0))
-        theirs.sendto(b"x" * 24, (ours.getsockname()[0], 0))
-        name = exits._attribute(exits.CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
-        ours.send(exits._request(exits.GENL_ID_CTRL, exits.CTRL_CMD_GETFAMILY, name, 1))
-        reader = datagrams.Batches(ours, slots=4, slot=1024)
-        assert reader.receive() == 2
-        assert reader.ports[:2] == (theirs.getsockname()[0], 0)
-        assert reader.sizes[0] == 24 and bytes(reader.buffer[:24]) == b"x" * 24
-        assert reader.sizes[1] == struct.unpack_from("=I", reader.buffer, reader.slot)[0]

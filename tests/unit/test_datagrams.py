@@ -7,6 +7,7 @@ socket so, refusing what is not an exit record."""
 from __future__ import annotations
 
 import errno
+import itertools
 import socket
 import struct
 import time
@@ -17,7 +18,8 @@ import pytest
 from collector import datagrams, exits
 from collector.datagrams import Batches, OneByOne
 from collector.exits import ExitListener
-from tests.exitrecords import Netlink
+from tests.exitrecords import FAMILY, Netlink, exit_message, taskstats
+from tests.unit.test_tracker import SEC
 
 
 def _ask(sock: socket.socket, sequence: int) -> None:
@@ -63,11 +65,29 @@ def test_the_kernels_datagrams_are_read_in_batches_each_whole_at_its_slot(netlin
     assert all(size == length > 20 for size, length, _ in got)
 
 
-def test_a_datagram_longer_than_its_slot_is_marked_not_taken(netlink):
-    reader = Batches(netlink, slots=4, slot=32)
-    _answered(netlink, 2)
-    assert reader.receive() == 2
-    assert reader.sizes[:2] == (-1, -1)
+NETLINK_USERSOCK = 2  # a netlink protocol whose sockets may send each other without privilege
+
+
+def test_each_datagram_comes_with_its_senders_port_and_one_cut_to_its_slot_is_marked():
+    """From another socket (its port id, not the kernel's 0): datagrams of 10, 100 and 20
+    bytes read into slots of 32, each whole at its slot but the one cut (-1)."""
+    with (
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK) as ours,
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK) as theirs,
+    ):
+        ours.bind((0, 0))
+        theirs.bind((0, 0))
+        for data in (b"a" * 10, b"b" * 100, b"c" * 20):
+            theirs.sendto(data, (ours.getsockname()[0], 0))
+        reader = Batches(ours, slots=4, slot=32)
+        assert reader.receive() == 3
+        port = theirs.getsockname()[0]
+        assert port != 0 and reader.ports[:3] == (port, port, port)
+        assert reader.sizes[:3] == (10, -1, 20)
+        assert bytes(reader.buffer[:10]) == b"a" * 10
+        assert bytes(reader.buffer[64:84]) == b"c" * 20
+        with pytest.raises(BlockingIOError):
+            reader.receive()
 
 
 def test_an_empty_socket_and_a_closed_one_say_so(netlink):
@@ -80,6 +100,12 @@ def test_an_empty_socket_and_a_closed_one_say_so(netlink):
     with pytest.raises(OSError) as raised:
         closed.receive()
     assert raised.value.errno == errno.EBADF
+
+
+def test_the_buffer_a_kernel_writes_into_cannot_move(netlink):
+    reader = Batches(netlink, slots=2, slot=64)
+    with pytest.raises(BufferError):
+        reader.buffer.extend(b"more")
 
 
 def test_a_netlink_socket_is_read_in_batches_anything_else_one_by_one(netlink):
@@ -133,3 +159,73 @@ def test_the_listener_reads_a_real_socket_in_batches_and_refuses_what_is_no_exit
         assert listener.received == 0
     finally:
         listener.close()
+
+
+class Scripted:
+    """A reader with `datagrams.Batches`' interface whose calls give what a test set: a
+    batch of (datagram, sender's port) at slots of `slot` bytes (None: one cut to its
+    slot), or an error to raise; then BlockingIOError. The slots past a batch hold stale
+    sizes and ports, as the real one's do."""
+
+    slot = 1024
+
+    def __init__(self, *calls):
+        self.calls = list(calls)
+        self.buffer = bytearray(8 * self.slot)
+        self.sizes = self.ports = ()
+
+    def receive(self) -> int:
+        if not self.calls:
+            raise BlockingIOError(errno.EAGAIN, "empty")
+        call = self.calls.pop(0)
+        if isinstance(call, OSError):
+            raise call
+        sizes = []
+        for i, (data, _) in enumerate(call):
+            if data is not None:
+                self.buffer[i * self.slot : i * self.slot + len(data)] = data
+            sizes.append(-1 if data is None else len(data))
+        stale = 8 - len(call)
+        self.sizes = (*sizes, *(len(exit_message(taskstats(9), 9)),) * stale)
+        self.ports = (*(port for _, port in call), *(0,) * stale)
+        return len(call)
+
+
+def test_the_listener_takes_each_slot_of_every_batch_until_the_socket_is_empty():
+    """Records at every slot of a batch are taken from their slot; another port's and a cut
+    one refused. A batch cut short by an overrun (ENOBUFS, reported by the next read) does
+    not say the socket was found empty: reading goes on, and the records after it are
+    stamped as having waited since the socket was last found empty, not since the short
+    batch."""
+    ticks = itertools.count(10 * SEC, 1_000_000)
+    listener = ExitListener(clock=lambda: next(ticks), sock=Netlink(), family=FAMILY)
+    ms = 1000  # µs
+
+    def thread(pid: int) -> bytes:
+        stats = taskstats(pid, 400, ppid=7, last=False, lived_us=10 * ms,
+                          group_lived_us=5_000 * ms, on_cpu=100)  # fmt: skip
+        return exit_message(stats, pid)
+
+    def last(pid: int, comm: bytes) -> bytes:
+        return exit_message(taskstats(pid, pid, ppid=7, lived_us=10 * ms, comm=comm), pid)
+
+    hour = taskstats(700, 700, lived_us=10 * ms, on_cpu=3600 * SEC)
+    listener._reader = Scripted(
+        [(thread(501), 0), (exit_message(hour, 700), 4242), (None, 0), (last(600, b"awk"), 0)],
+        [(thread(502), 0)],
+        OSError(errno.ENOBUFS, "No buffer space available"),
+        [(last(601, b"cc1"), 0), (thread(503), 0)],
+    )
+    try:
+        listener.pass_read(9 * SEC)
+        empty_at = listener._empty_at
+        assert listener._drain() == 5
+        records, folds = listener.take()
+    finally:
+        listener.close()
+    assert [(r.pid, r.comm) for r in records] == [(600, "awk"), (601, "cc1")]
+    assert [(f.tgid, f.tasks, f.on_cpu_ns) for f in folds] == [(400, 3, 300)]
+    assert listener.refused == Counter(not_kernel=1, malformed=1)
+    assert listener.overflows == 1 and listener.received == 5
+    assert all(r.waited_ns == r.received_ns - empty_at for r in records)
+    assert listener._empty_at == records[1].received_ns  # taken before the read found it empty
