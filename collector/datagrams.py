@@ -1,16 +1,16 @@
 """Many datagrams a call: `recvmmsg(2)` on a netlink socket, for the exit records'
 listener (collector/exits.py, `ExitListener._drain`).
 
-Python's `socket` reads one datagram a call (`recvfrom_into`). At a build farm's exit rate
-that is one system call a record, and on a VM with the kernel's return-stack mitigations a
-system call also leaves the interpreter's next steps slower (cold branch predictors): a
-record taken so cost ~4.5 µs of the listener's thread, ~2 of them the read; read in
-batches, ~1.5-1.9 µs all told (docs/performance.md, "Exit records"). `recvmmsg` is libc's
-(glibc since 2.12, musl), called through `ctypes`, no code of ours compiled: up to `slots`
-datagrams into one buffer, each in a slot of its own, with each one's size, sender and
-flags.
+Python's `socket` reads one datagram a call (`recvfrom_into`): at a build farm's exit rate,
+a system call a record, and on a VM under the kernel's mitigations the interpreter's next
+steps after each call are slower too. The listener's thread spent ~5 µs a record so at
+1,000 exits a second, ~4.1-4.5 reading in batches (docs/performance.md, "Exit records");
+most of what is left of a read is the kernel's own (the message copied, its buffer freed).
+`recvmmsg` is libc's (glibc since 2.12, musl), called through `ctypes`, no code of ours
+compiled: up to `slots` datagrams into one buffer, each in a slot of its own, with each
+one's size, sender and flags.
 
-`Datagrams.of(sock)` gives the reader a socket is read with: `Batches` for a netlink
+`of(sock)` gives the reader a socket is read with: `Batches` for a netlink
 socket where libc has `recvmmsg`, else `OneByOne` (`recvfrom_into`, the same interface), as
 for the tests' stand-in sockets. Both hold what the last `receive()` read in `buffer`:
 datagram `i` at `i * slot`, `sizes[i]` bytes (-1 where it was cut to its slot,
@@ -25,7 +25,7 @@ import errno
 import os
 import socket
 import struct
-from typing import Protocol
+from typing import Any, Protocol
 
 MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
@@ -33,7 +33,7 @@ SLOTS = 256
 """Datagrams a call at most: a batch the listener gathers (`_BATCH`, 200) in one call."""
 SLOT_BYTES = 4096
 """Bytes for each datagram: an exit message of a process's last task carries two records
-(its own and its process's sums, ~1 KB on Linux 6.x); `struct taskstats` grows only at its
+(its own and its process's sums, ~1.2 KB on Linux 6.x); `struct taskstats` grows only at its
 end, by a few words a version. The buffer: 1 MiB, as one `recvfrom_into` buffer was."""
 _NAME_BYTES = 12  # struct sockaddr_nl: family, pad, port id (nl_pid), groups
 
@@ -107,8 +107,8 @@ class Batches:
     def __init__(self, sock: socket.socket, slots: int = SLOTS, slot: int = SLOT_BYTES):
         if _RECVMMSG is None:
             raise OSError(errno.ENOSYS, "libc has no recvmmsg")
-        # the descriptor is asked of the socket at each call: -1 once it is closed (EBADF),
-        # never a number since given to another file
+        # the descriptor is asked of the socket at each call: -1 once it is closed (EBADF);
+        # the listener closes it only under the lock its reads are made under
         self._socket = sock
         self.slot, self._slots = slot, slots
         self.buffer = bytearray(slots * slot)
@@ -157,22 +157,30 @@ class Batches:
 
 
 class _Socket(Protocol):
-    def recvfrom_into(self, buffer: bytearray) -> tuple[int, object]: ...
+    def recvfrom_into(
+        self, buffer: bytearray, nbytes: int = ..., flags: int = ...
+    ) -> tuple[int, Any]: ...
 
 
 class OneByOne:
     """`recvfrom_into`, a datagram a call: for a socket `Batches` cannot read (a test's
-    stand-in; a libc without `recvmmsg`, or a seccomp profile that refuses it)."""
+    stand-in; a libc without `recvmmsg`, or a seccomp profile that refuses it). A real
+    socket is read without waiting (`MSG_DONTWAIT`), as `Batches` reads it, whatever its
+    timeout."""
 
     def __init__(self, sock: _Socket, slot: int = 1 << 20):
         self._socket = sock
+        self._dontwait = isinstance(sock, socket.socket)
         self.slot = slot
         self.buffer = bytearray(slot)
         self.sizes: tuple[int, ...] = ()
         self.ports: tuple[int, ...] = ()
 
     def receive(self) -> int:
-        size, sender = self._socket.recvfrom_into(self.buffer)
+        if self._dontwait:
+            size, sender = self._socket.recvfrom_into(self.buffer, 0, MSG_DONTWAIT)
+        else:
+            size, sender = self._socket.recvfrom_into(self.buffer)
         # (port id, groups); anything else is no kernel's (`exits.from_kernel`)
         port = sender[0] if isinstance(sender, tuple) and len(sender) == 2 else -1
         self.sizes, self.ports = (size,), (port,)

@@ -404,7 +404,7 @@ thread ~50 µs on a VM (docs/performance.md, "Exit records"): 20 a second, 1 ms 
 _GATHER_SECONDS = (0.002, 0.2)
 """How long the listener lets records gather once some came (`_listen`), at least and at
 most: a wake-up of its thread costs more than taking many records (~110 µs on a VM, the
-sleep's and the first record's cold caches, against ~3.5 µs a record after it), so records
+sleep's and the first record's cold caches, against ~4 µs a record after it), so records
 are taken in batches of about `_BATCH`, as long as the rate asks within these bounds (at
 1,000 exits a second, 5 wake-ups a second); a record may wait that much longer in the
 socket (its `waited_ns` says so: a thread begun within it of a pass's end is queued for the
@@ -893,4 +893,5 @@ class ExitListener:
         self._closed.set()
         if self._thread.is_alive():
             self._thread.join(2 * _WAKE_SECONDS)
-        self._socket.close()
+        with self._lock:  # not while a read is made (`datagrams.Batches`: its descriptor)
+            self._socket.close()

@@ -6,6 +6,7 @@ socket so, refusing what is not an exit record."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import socket
@@ -43,9 +44,8 @@ def _answered(sock: socket.socket, count: int) -> None:
 
 
 def test_the_kernels_datagrams_are_read_in_batches_each_whole_at_its_slot(netlink):
-    """40 answers, read 16 a call: 16, 16, 8 (fewer than a batch: the socket was found
-    empty), each at its slot with its own size (its netlink header's length), in the order
-    sent, from port 0; then nothing."""
+    """40 answers, read 16 a call: 16, 16, 8, each at its slot with its own size (its
+    netlink header's length), in the order sent, from port 0; then nothing."""
     reader = Batches(netlink, slots=16, slot=1024)
     _answered(netlink, 40)
     got: list[tuple[int, int, int]] = []
@@ -210,8 +210,10 @@ def test_the_listener_takes_each_slot_of_every_batch_until_the_socket_is_empty()
         return exit_message(taskstats(pid, pid, ppid=7, lived_us=10 * ms, comm=comm), pid)
 
     hour = taskstats(700, 700, lived_us=10 * ms, on_cpu=3600 * SEC)
+    old = exit_message(taskstats(610, version=11, lived_us=10 * ms, comm=b"old"), 610)
     listener._reader = Scripted(
         [(thread(501), 0), (exit_message(hour, 700), 4242), (None, 0), (last(600, b"awk"), 0)],
+        [(thread(504), 0), (old, 0)],  # a record the take step leaves to `parse_messages`
         [(thread(502), 0)],
         OSError(errno.ENOBUFS, "No buffer space available"),
         [(last(601, b"cc1"), 0), (thread(503), 0)],
@@ -219,13 +221,59 @@ def test_the_listener_takes_each_slot_of_every_batch_until_the_socket_is_empty()
     try:
         listener.pass_read(9 * SEC)
         empty_at = listener._empty_at
-        assert listener._drain() == 5
+        assert listener._drain() == 7
         records, folds = listener.take()
     finally:
         listener.close()
-    assert [(r.pid, r.comm) for r in records] == [(600, "awk"), (601, "cc1")]
-    assert [(f.tgid, f.tasks, f.on_cpu_ns) for f in folds] == [(400, 3, 300)]
+    # (queued by parent: 600's and 601's, then 610's)
+    assert [(r.pid, r.comm) for r in records] == [(600, "awk"), (601, "cc1"), (610, "old")]
+    assert [(f.tgid, f.tasks, f.on_cpu_ns) for f in folds] == [(400, 4, 400)]
     assert listener.refused == Counter(not_kernel=1, malformed=1)
-    assert listener.overflows == 1 and listener.received == 5
+    assert listener.overflows == 1 and listener.received == 7
     assert all(r.waited_ns == r.received_ns - empty_at for r in records)
     assert listener._empty_at == records[1].received_ns  # taken before the read found it empty
+
+
+def _refusing(code: int, then=None):
+    """A `recvmmsg` that fails with `code`, then (given `then`) calls `then` from there on."""
+    calls = []
+
+    def recvmmsg(*args):
+        calls.append(args)
+        if then is not None and len(calls) > 1:
+            return then(*args)
+        ctypes.set_errno(code)
+        return -1
+
+    return recvmmsg
+
+
+def test_a_refused_recvmmsg_falls_back_to_a_datagram_a_call(netlink, monkeypatch, caplog):
+    """Where a seccomp profile refuses `recvmmsg` (EPERM), the listener reads a datagram a
+    call from then on, without waiting on its socket, and says so once; an interrupted call
+    (EINTR) is made again."""
+    netlink.setblocking(False)
+    family = 0x7FFF  # no family the kernel has: every answer is refused, counted
+    listener = ExitListener(clock=time.monotonic_ns, sock=netlink, family=family)
+    monkeypatch.setattr(datagrams, "_RECVMMSG", _refusing(errno.EPERM))
+    _answered(netlink, 3)
+    assert listener._drain() == 3
+    assert isinstance(listener._reader, OneByOne)
+    assert listener.refused == Counter(not_taskstats=3)
+    assert "recvmmsg refused" in caplog.text
+    blocking = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, exits.NETLINK_GENERIC)
+    try:
+        blocking.bind((0, 0))
+        with pytest.raises(BlockingIOError):  # a real socket is not waited on
+            OneByOne(blocking).receive()
+    finally:
+        blocking.close()
+    listener.close()
+
+
+def test_an_interrupted_recvmmsg_is_made_again(netlink, monkeypatch):
+    real = datagrams._RECVMMSG
+    monkeypatch.setattr(datagrams, "_RECVMMSG", _refusing(errno.EINTR, then=real))
+    reader = Batches(netlink, slots=4, slot=1024)
+    _answered(netlink, 2)
+    assert reader.receive() == 2
