@@ -173,6 +173,7 @@ OTHER_TOOLS_FLAGS = {
     "--rates",  # python -m collector.bench.exitcost
     "--passes",  # python -m collector.bench.exitcost
     "--processes",  # python -m collector.bench.exitcost
+    "--fork-every",  # python -m collector.bench.exitcost
 }
 
 
