@@ -11,7 +11,7 @@ from operator import sub
 from typing import NamedTuple
 
 from collector.exits import ExitRecord
-from collector.fieldtable import final_counters, thread_counters, thread_delta, thread_fields
+from collector.fieldtable import thread_counters, thread_delta, thread_fields
 from collector.model import Fields, ProcessReading, ThreadReading, ticks_to_ns
 
 
@@ -78,11 +78,6 @@ def last_interval(thread: ThreadReading, record: ExitRecord, read_alive: bool) -
     if min(values) < 0:
         return None
     return thread_delta(values)
-
-
-def final_thread(thread: ThreadReading, record: ExitRecord) -> ThreadReading:
-    """A cached thread with its exit record's final counters."""
-    return final_counters(thread, record)
 
 
 def whole(record: ExitRecord, process_fields: Pending | None) -> Fields:

@@ -38,8 +38,8 @@ end, by a few words a version. The buffer: 1 MiB, as one `recvfrom_into` buffer 
 _NAME_BYTES = 12  # struct sockaddr_nl: family, pad, port id (nl_pid), groups
 
 
-class Reader(Protocol):
-    """What `ExitListener._drain` reads the socket with."""
+class DatagramReader(Protocol):
+    """What `ExitListener._drain` reads the socket with: `Batches` or `OneByOne`."""
 
     buffer: bytearray
     slot: int
@@ -187,7 +187,7 @@ class OneByOne:
         return 1
 
 
-def of(sock: object) -> Batches | OneByOne:
+def of(sock: object) -> DatagramReader:
     """The reader `sock` is read with: in batches where it is a netlink socket and libc
     has `recvmmsg`, else one datagram a call."""
     if (

@@ -372,6 +372,13 @@ def _request(family: int, command: int, payload: bytes, sequence: int, flags: in
     return header + body
 
 
+def family_request(sequence: int) -> bytes:
+    """A request for the TASKSTATS family's number (`CTRL_CMD_GETFAMILY`), which the kernel
+    answers from its port 0 to anyone, no privilege asked."""
+    name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
+    return _request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, sequence)
+
+
 def _cpus() -> str:
     """Every CPU that may come online: a listener registered on each one hears every exit."""
     try:
@@ -472,7 +479,7 @@ class ExitListener:
         self._registered_at = clock()
         self._empty_at = self._registered_at  # the socket was found empty (made so, here)
         self._socket = self._register() if sock is None else sock  # given: registered
-        self._reader = datagrams.of(self._socket)
+        self._reader: datagrams.DatagramReader = datagrams.of(self._socket)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
 
@@ -571,8 +578,7 @@ class ExitListener:
     @staticmethod
     def _family(sock: socket.socket) -> int:
         """The TASKSTATS family's number (CTRL_CMD_GETFAMILY)."""
-        name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
-        sock.send(_request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, 1))
+        sock.send(family_request(1))
         data, sender = sock.recvfrom(65536)
         while not from_kernel(sender):  # only the kernel's answer
             data, sender = sock.recvfrom(65536)

@@ -20,12 +20,12 @@ from collector.closing import (
     Closed,
     ExitDelta,
     Pending,
-    final_thread,
     last_interval,
     started_as,
     whole,
 )
 from collector.exits import ExitRecord
+from collector.fieldtable import final_counters
 from collector.model import Fields, ProcessReading, ThreadReading, build, ticks_to_ns
 from collector.readings import Carried
 
@@ -452,7 +452,7 @@ class Tracker:
                 if held:
                     self._closed[tgid] = process.start_ticks
             if thread is not None and finalise:  # once every record is closed (below)
-                finals.setdefault(tgid, {})[id(thread)] = final_thread(thread, record)
+                finals.setdefault(tgid, {})[id(thread)] = final_counters(thread, record)
             delta = ExitDelta(record, fields, process, record.ppid)
             if sink is None:
                 result.deltas.append(delta)

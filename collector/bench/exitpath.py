@@ -25,9 +25,6 @@ import time
 from collector import datagrams
 from collector.exits import (
     AGROUP,
-    CTRL_ATTR_FAMILY_NAME,
-    CTRL_CMD_GETFAMILY,
-    GENL_ID_CTRL,
     NETLINK_GENERIC,
     TASKSTATS_CMD_NEW,
     TASKSTATS_TYPE_AGGR_PID,
@@ -35,8 +32,7 @@ from collector.exits import (
     TASKSTATS_TYPE_STATS,
     ExitListener,
     ExitRecords,
-    _attribute,
-    _request,
+    family_request,
     pack_stats,
     parse_messages,
 )
@@ -117,8 +113,7 @@ def reading_the_kernels(count: int, batched: bool, at_once: int = 100) -> float:
         sock.bind((0, 0))
         sock.setblocking(False)
         reader = datagrams.Batches(sock) if batched else datagrams.OneByOne(sock)
-        name = _attribute(CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
-        request = _request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, name, 1)
+        request = family_request(1)
         spent = read = 0
         while read < count:
             for _ in range(at_once):

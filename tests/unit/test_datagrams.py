@@ -25,8 +25,7 @@ from tests.unit.test_tracker import SEC
 
 def _ask(sock: socket.socket, sequence: int) -> None:
     """Ask the kernel for the TASKSTATS family (`CTRL_CMD_GETFAMILY`): one answer each."""
-    name = exits._attribute(exits.CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
-    sock.send(exits._request(exits.GENL_ID_CTRL, exits.CTRL_CMD_GETFAMILY, name, sequence))
+    sock.send(exits.family_request(sequence))
 
 
 @pytest.fixture
