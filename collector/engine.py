@@ -20,6 +20,7 @@ from collector.closing import Closed, ExitDelta
 from collector.cpusets import Cpusets, cpu_set
 from collector.exits import ExitListener, ExitRecord, Fold
 from collector.fieldtable import process_record_counters, thread_fields
+from collector.gone import GoneByParent
 from collector.groups import UNPLACED, Group, Grouper
 from collector.lineage import PENDING, Life, ancestor_cgroup, of_reading, of_record
 from collector.model import (
@@ -302,26 +303,29 @@ class Engine:
             ends.setdefault(end.tgid, []).append(of_record(end))
         read_now: dict[int, list[Life]] = {}
 
-        def sources(pid: int) -> Iterator[list[Life]]:
+        def known(pid: int) -> list[Life]:
             # its records and the readings held, together: a process a pass read whose
-            # record is here too is known with its cgroup (`parent_in`); then `/proc` now
+            # record is here too is known with its cgroup (`parent_in`)
             hz = self.tracker.hz
             held = [
                 of_reading(r.start_ticks, r.cgroup, hz, gone) for r, gone in self.tracker.held(pid)
             ]
-            yield [*ends.get(pid, ()), *held]
+            return [*ends.get(pid, ()), *held]
+
+        def sources(pid: int) -> Iterator[list[Life]]:
+            yield known(pid)  # then `/proc` now
             now = read_now.get(pid)
             if now is None:
                 now = read_now[pid] = self._life_now(pid)
             yield now
 
-        def add(group: Group | _LeftOut | None, fields: Fields) -> None:
+        def add(group: Group | _LeftOut | None, fields: Fields, count: int = 1) -> None:
             nonlocal unplaced_count
             if group is _LEFT_OUT:  # --pods-only: not a pod's
                 return
             if group is None:
                 unplaced.add(fields)
-                unplaced_count += 1
+                unplaced_count += count
                 return
             interval = grouped.intervals.get(group)
             if interval is None:
@@ -348,9 +352,14 @@ class Engine:
                 self.tracker.pend(fold.tgid, fold.start_ns, **process_record_counters(fold))
             own.append((fold, life, cgroup))
         taken: Counter[str] = Counter()
+        slept = self.slept()
+        gone = GoneByParent(self.tracker.unread_process(slept), known, sources)
         closed = self.tracker.close(
-            self._unread(records, add, taken), sink=place, slept_ns=self.slept()
+            self._unread(gone.others(records), add, taken), sink=place, slept_ns=slept
         )
+        for cgroup, fields in gone.sums():
+            add(self._group_of_text(cgroup), fields, fields.processes)
+            taken["born"] += fields.processes
         closed.outcomes.update(taken)
         for delta in deferred:
             place(delta, last_chance=True)

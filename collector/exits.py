@@ -94,6 +94,11 @@ _STATS_END = _STATS_AT - 4  # where the STATS attribute begins
 # A record as the listener holds it until a pass takes it: ExitRecord's fields, packed.
 _PACKED = struct.Struct("=III?16sqqqQQQQQQQQQq")
 PACKED_BYTES = _PACKED.size
+# Of a packed record, only its parent (`ExitRecords.parents`), and what a process's end
+# asks (`ExitRecords.ends`): PID, TGID, parent, last; arrival, its process's life; wait
+_PARENT = struct.Struct(f"=8xI{PACKED_BYTES - 12}x")
+_END = struct.Struct("=III?16xq8xq72xq")
+assert _PARENT.size == _END.size == PACKED_BYTES
 _TGID_VERSION = 12
 _TGID_BYTES = 384
 
@@ -217,7 +222,8 @@ def pack_stats(data: bytes, received_ns: int, waited_ns: int = 0) -> bytes | Non
     )  # fmt: skip
 
 
-def _record(fields: tuple) -> ExitRecord:
+def record_of(fields: tuple) -> ExitRecord:
+    """A packed record (`ExitRecords.raw`'s tuple) as an `ExitRecord`."""
     pid, tgid, ppid, last, comm, *counters = fields
     name = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
     return ExitRecord(pid, tgid, ppid, last, name, *counters)
@@ -226,7 +232,7 @@ def _record(fields: tuple) -> ExitRecord:
 def parse_stats(data: bytes, received_ns: int, waited_ns: int = 0) -> ExitRecord | None:
     """A `struct taskstats` as an `ExitRecord`, or None where it is too short to be one."""
     packed = pack_stats(data, received_ns, waited_ns)
-    return None if packed is None else _record(_PACKED.unpack(packed))
+    return None if packed is None else record_of(_PACKED.unpack(packed))
 
 
 class ExitRecords(Sequence[ExitRecord]):
@@ -240,17 +246,21 @@ class ExitRecords(Sequence[ExitRecord]):
         return len(self.packed) // PACKED_BYTES
 
     def __iter__(self) -> Iterator[ExitRecord]:
-        return map(_record, _PACKED.iter_unpack(self.packed))
+        return map(record_of, _PACKED.iter_unpack(self.packed))
+
+    def raw(self) -> Iterator[tuple]:
+        """The records as tuples of `ExitRecord`'s fields, in its order (`comm` as the
+        kernel's 16 bytes): what a pass reads of a record without making one
+        (`record_of` makes it)."""
+        return _PACKED.iter_unpack(self.packed)
 
     def parents(self) -> set[int]:
         """The PIDs the records name as their tasks' parents (`ac_ppid`)."""
-        return {fields[2] for fields in _PACKED.iter_unpack(self.packed)}
+        return {ppid for (ppid,) in _PARENT.iter_unpack(self.packed)}
 
     def ends(self, of: Collection[int]) -> Iterator[ProcessEnd]:
         """The end of each process among `of` (by TGID) whose last task's record is here."""
-        for pid, tgid, ppid, last, _, received, _, group_lived, *_, waited in _PACKED.iter_unpack(
-            self.packed
-        ):
+        for pid, tgid, ppid, last, received, group_lived, waited in _END.iter_unpack(self.packed):
             process = tgid or pid
             if last and process in of:
                 yield ProcessEnd(process, ppid, received - group_lived, received, waited)
@@ -258,7 +268,7 @@ class ExitRecords(Sequence[ExitRecord]):
     def __getitem__(self, index):  # a Sequence's; passes only iterate
         if isinstance(index, slice):
             return list(self)[index]
-        return _record(_PACKED.unpack_from(self.packed, range(len(self))[index] * PACKED_BYTES))
+        return record_of(_PACKED.unpack_from(self.packed, range(len(self))[index] * PACKED_BYTES))
 
 
 def attributes(data: bytes | memoryview, offset: int = 0) -> list[tuple[int, memoryview]]:

@@ -8,9 +8,10 @@ so the cache is bounded by the process table.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import is_
+from itertools import repeat
+from operator import contains, is_
 from typing import NamedTuple
 
 from collector.closing import (
@@ -360,10 +361,7 @@ class Tracker:
         With `sink`, each delta is given to it as it is made, not kept in the result."""
         result = Closed()
         forgotten = self._forgotten_ns
-        # a start derived since that pass may be later than the task's by a suspend
-        asleep = 0 if slept_ns is None else slept_ns - self._forgotten_slept_ns
-        if asleep < SUSPEND_SLACK_NS:
-            asleep = 0
+        asleep = self._asleep(slept_ns)
         cache, hz = self._cache, self.hz
         # where to look for a task: the cache, then what the last passes left, newest first,
         # with when each pass had read every process (the cache's: `_unchanged_since`)
@@ -462,6 +460,37 @@ class Tracker:
         for tgid, threads in finals.items():
             self._finalise(tgid, threads)
         return result
+
+    def _asleep(self, slept_ns: int | None) -> int:
+        """How much later than its own a start derived from a record may be (`close`): the
+        machine's time suspended since the end of the latest pass whose readings went."""
+        asleep = 0 if slept_ns is None else slept_ns - self._forgotten_slept_ns
+        return 0 if asleep < SUSPEND_SLACK_NS else asleep
+
+    def unread_process(self, slept_ns: int | None = None) -> Callable[[int, int], bool] | None:
+        """A quick test for the records `close` is about to take (given the same
+        `slept_ns`), made once for them: whether the last task's record of process `tgid`,
+        begun at the earliest at `earliest_ns` (the earlier of its own and its process's
+        derived starts, less its wait), is of a process no pass read: its PID in no
+        reading held, no gone task of it held for it (`Pending`), begun after the end of
+        the latest pass whose readings went. `close` counts such a record whole, its
+        process's fields with it, into its parent's lineage; a pass may do so itself, the
+        same way, without giving it to `close`. A record it is False for may be such one
+        too (its PID held by another process): `close` finds out. None where a suspend
+        since (or no pass yet) asks `close`'s own care of every record."""
+        forgotten = self._forgotten_ns
+        if forgotten is None or self._asleep(slept_ns):
+            return None
+        places: tuple[Container[int], ...] = (
+            self._cache,
+            *(left.readings for left in self._left),
+            self._pending,
+        )
+
+        def unread(tgid: int, earliest_ns: int) -> bool:
+            return earliest_ns > forgotten and not any(map(contains, places, repeat(tgid)))
+
+        return unread
 
     def _pending_of(self, record: ExitRecord) -> Pending | None:
         """For a task of a process no pass read, born since: its process's fields where it

@@ -81,6 +81,7 @@ TEST_FILES = (
     "tests/unit/test_cgroup_golden.py",
     "tests/unit/test_incremental.py",
     "tests/unit/test_exits.py",
+    "tests/unit/test_gone.py",
     "tests/integration/test_oracle.py",
     "tests/unit/test_fuzz.py",
     "tests/kernel/test_cgroup_kernel.py",
@@ -117,6 +118,7 @@ ENGINE = "collector/engine.py"
 CGROUPPASS = "collector/cgrouppass.py"
 TRACKER = "collector/tracker.py"
 EXITS = "collector/exits.py"
+GONE = "collector/gone.py"
 CLOSING = "collector/closing.py"
 CGROUPGUARD = "collector/cgroupguard.py"
 AGGREGATE = "collector/aggregate.py"
@@ -579,6 +581,43 @@ def _mutants() -> Iterator[Mutant]:
         "fold.nonvoluntary_switches += nonvoluntary",
         "fold.nonvoluntary_switches += voluntary",
         "two fields of a fold's sums are taken from each other's members",
+    )  # fmt: skip
+    # -- collector/gone.py: processes born and gone, counted by parent --------------------
+    yield m(
+        "gone/parent-begun-after-the-child", GONE,
+        "or parent.began_from_ns > group_start",
+        "or parent.began_from_ns > received",
+        "a holder of the parent's PID begun after the child (a PID taken again) is its parent",
+    )  # fmt: skip
+    yield m(
+        "gone/parent-gone-before-the-child", GONE,
+        "or (parent.gone_by_ns is not None and parent.gone_by_ns < received - waited)",
+        "",
+        "a holder of the parent's PID gone before the child was is its parent",
+    )  # fmt: skip
+    yield m(
+        "gone/threads-taken", GONE,
+        "not raw[_LAST]\n",
+        "False\n",
+        "a thread's record is counted as a whole process's",
+    )  # fmt: skip
+    yield m(
+        "gone/init-a-parent", GONE,
+        "or ppid <= 1  #",
+        "or ppid < 1  #",
+        "init, which reaps orphans begun anywhere, is taken as their parent",
+    )  # fmt: skip
+    yield m(
+        "gone/rows-lost-when-summed", GONE,
+        "rows[:] = [tuple(map(sum, zip(*rows, strict=True)))]",
+        "rows[:] = rows[-1:]",
+        "a cgroup's rows, summed as they pile up, lose all but the last",
+    )  # fmt: skip
+    yield m(
+        "tracker/unread-pending-not-asked", TRACKER,
+        "            self._pending,\n        )",
+        "        )",
+        "a born process's last record is counted by parent without its gone tasks' times",
     )  # fmt: skip
     yield m(
         "tracker/birth-lower-bound-inclusive", TRACKER,
