@@ -181,6 +181,9 @@ class Engine:
         # when the last pass and the one before it had read every process (`_unread`)
         self._read_until: int | None = None
         self._read_before: int | None = None
+        # the records the listener had lost (its socket overflowed, or past its bound) as
+        # the last two passes took theirs (`_close_exits`: a gone parent's end unknown)
+        self._lost_at: tuple[int, int] = (0, 0)
 
     def run_pass(self) -> PassResult:
         """One pass: the groups' cgroups first (every pod, and the non-pod groups of the
@@ -303,14 +306,33 @@ class Engine:
             ends.setdefault(end.tgid, []).append(of_record(end))
         read_now: dict[int, list[Life]] = {}
 
+        # records lost since the pass before the last: a process read, gone since, whose
+        # own end is not among the records may have ended long before a pass found it gone
+        lost = self.exits.overflows + self.exits.dropped
+        lost_lately = lost > self._lost_at[0]
+        self._lost_at = (self._lost_at[1], lost)
+
         def known(pid: int) -> list[Life]:
             # its records and the readings held, together: a process a pass read whose
-            # record is here too is known with its cgroup (`parent_in`)
+            # record is here too is known with its cgroup (`parent_in`); one gone since a
+            # pass read it, until its record came (its end), or until that pass where no
+            # record was lost (a child begun after it, under its PID taken again, is not
+            # its), else not at all
             hz = self.tracker.hz
-            held = [
-                of_reading(r.start_ticks, r.cgroup, hz, gone) for r, gone in self.tracker.held(pid)
-            ]
-            return [*ends.get(pid, ()), *held]
+            own = ends.get(pid, ())
+            lives = list(own)
+            for reading, gone in self.tracker.held(pid):
+                life = of_reading(reading.start_ticks, reading.cgroup, hz, gone)
+                if gone is not None:
+                    end = next((end for end in own if _meets(end, life)), None)
+                    if end is not None:
+                        life = life._replace(
+                            gone_from_ns=end.gone_from_ns, gone_by_ns=end.gone_by_ns
+                        )
+                    elif lost_lately:
+                        continue
+                lives.append(life)
+            return lives
 
         def sources(pid: int) -> Iterator[list[Life]]:
             yield known(pid)  # then `/proc` now

@@ -871,7 +871,10 @@ class ExitListener:
 
     def take(self) -> tuple[ExitRecords, list[Fold]]:
         """The records queued since the last take, in the order they came, and the tasks
-        folded meanwhile, by process."""
+        folded meanwhile, by process; what the socket holds now taken first (a process the
+        pass found gone has sent its record: its end, `ExitRecords.ends`)."""
+        if self._thread.is_alive():
+            self._drain()
         with self._lock:
             records = self._taken()
             folds = [*self._folds_done, *self._folds.values()]

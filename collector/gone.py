@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collector import lineage
 from collector.closing import START_TOLERANCE_NS, Pending, whole
 from collector.exits import ExitRecord, ExitRecords, record_of
-from collector.lineage import PENDING, Life, Sources, ancestor_cgroup
+from collector.lineage import MAX_DEPTH, PENDING, Life, Sources, ancestor_cgroup
 from collector.model import Fields
 
 # a packed record's fields (`ExitRecords.raw`, `ExitRecord`'s order) read here
@@ -100,7 +100,8 @@ class GoneByParent:
             cgroup = parent.cgroup
             if cgroup is None:  # known from its record alone: its own ancestors'
                 if parent not in found:
-                    found[parent] = ancestor_cgroup(parent, self._sources)
+                    # (its parent, a step of the chain's MAX_DEPTH, was found here)
+                    found[parent] = ancestor_cgroup(parent, self._sources, MAX_DEPTH - 1)
                 ancestor = found[parent]
                 if ancestor is PENDING:  # not known yet: `close`'s deferral
                     yield record_of(raw)

@@ -113,17 +113,19 @@ Sources = Callable[[int], Iterable[Sequence[Life]]]
 the first source with a life that fits (`parent_in`) answers."""
 
 
-def ancestor_cgroup(child: Life, sources: Sources) -> bytes | Pending | None:
+def ancestor_cgroup(
+    child: Life, sources: Sources, depth: int = MAX_DEPTH
+) -> bytes | Pending | None:
     """The cgroup file of the nearest ancestor of `child` (an exited task's own life, its
     `ppid` its parent's PID) that a pass read; None where there is none to find (no parent
-    named, PID 1, or the chain longer than MAX_DEPTH); PENDING where a holder of an
+    named, PID 1, or the chain longer than `depth`); PENDING where a holder of an
     ancestor's PID that fits is not known (yet).
 
     PID 1, the init of the host's PID namespace, is no ancestor: it reaps every orphan whose
     own ancestors set no subreaper, so a task that names it may have begun anywhere, and a
     service it starts runs in a cgroup of its own, not init's."""
     pid = child.ppid
-    for _ in range(MAX_DEPTH):
+    for _ in range(depth):
         if pid <= 1:
             return None
         for lives in sources(pid):

@@ -106,6 +106,43 @@ def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_gro
     assert result.intervals[cart].on_cpu_nanos % 10 == 1
 
 
+def cart_gains(queue: list[bytes], overflows: int = 0) -> tuple[int, object]:
+    """The on-CPU the cart pod (200's, and 600's in the first pass) gains in the second
+    pass from these records, against the same pass without them; and the pass."""
+    gains = []
+    for given in ([], queue):
+        engine = engine_after_a_pass()
+        engine.exits.overflows = overflows
+        engine.exits.queue += given
+        result = engine.run_pass()
+        gains.append(result.intervals[group_of(engine, 200)].on_cpu_nanos)
+    return gains[1] - gains[0], result
+
+
+def test_a_parent_gone_since_the_last_pass_is_no_parent_past_its_own_end():
+    """600 (the cart pod's, begun at 8 s, read by the first pass) ended at 1004 s, as its
+    own record says; PID 600 was then taken again (a tenant cycling PIDs, its own record
+    lost): a child begun at 1004.5 s is not the cart's; one begun at 1003 s and gone
+    before 1004 s is."""
+    half = SEC // 2 // 1000  # µs
+    gain, _ = cart_gains([
+        born_record(600, 7_000_001, 60000, lived_us=half, received=1005 * SEC),
+        born_record(600, 5_000_010, 60001, lived_us=half, received=1003 * SEC + SEC // 2),
+        pack_stats(taskstats(600, 600, ppid=1, lived_us=996 * 10**6, on_cpu=1), 1004 * SEC),
+    ])  # fmt: skip
+    assert gain == 5_000_010
+
+
+def test_where_records_were_lost_a_parent_gone_without_its_end_is_no_parent():
+    """As above, 600's own record lost with others (the socket overflowed): when it ended
+    is not known, and a child naming 600 may be a later holder's: it waits a pass, then
+    is unplaced, never moved into the cart pod. Where none was lost, it is the cart's."""
+    record = born_record(600, 7_000_001, received=1005 * SEC)
+    assert cart_gains([record])[0] == 7_000_001
+    gain, result = cart_gains([record], overflows=1)
+    assert gain == 0 and result.exits == {"born": 1}
+
+
 def test_a_child_of_an_unknown_parent_waits_one_pass_then_is_unplaced():
     """No holder of its parent's PID is known: its parent's own record may come with the
     next pass's records; where it does not, the task is counted unplaced then."""

@@ -13,7 +13,7 @@ import pytest
 
 from collector.exits import ExitRecords, pack_stats
 from collector.gone import GoneByParent
-from collector.lineage import Life
+from collector.lineage import MAX_DEPTH, Life
 from tests.exitrecords import taskstats
 from tests.unit.test_engine_exits import engine_after_a_pass, group_of
 from tests.unit.test_tracker import SEC
@@ -88,9 +88,9 @@ def records_of(seed: int) -> list[tuple[dict, int, int]]:
     return came
 
 
-def passes(seed: int, by_parent: bool) -> tuple[list, int]:
-    """Two passes over a seed's records (the second places what the first deferred): what
-    each gave, and how many records `Tracker.close` was given."""
+def passes(seed: int | list[tuple[dict, int, int]], by_parent: bool) -> tuple[list, int]:
+    """Two passes over a seed's records, or these (the second places what the first
+    deferred): what each gave, and how many records `Tracker.close` was given."""
     engine = engine_after_a_pass()
     if not by_parent:
         engine.tracker.unread_process = lambda slept_ns=None: None
@@ -108,7 +108,8 @@ def passes(seed: int, by_parent: bool) -> tuple[list, int]:
 
     engine.tracker.close = counting
     engine.exits.queue += [
-        pack_stats(taskstats(**stats), received, wait) for stats, received, wait in records_of(seed)
+        pack_stats(taskstats(**stats), received, wait)
+        for stats, received, wait in (records_of(seed) if isinstance(seed, int) else seed)
     ]
     results = [engine.run_pass() for _ in range(2)]
     pending = dict(engine.tracker._pending)
@@ -124,6 +125,21 @@ def test_by_parent_the_pass_gives_what_closing_each_record_gives(seed):
     slow, given_slow = passes(seed, by_parent=False)
     assert quick == slow
     assert given_quick < given_slow
+
+
+def test_a_chain_longer_than_the_lineage_follows_is_unplaced_either_way():
+    """A chain of short-lived processes under 200, each begun after its parent and gone
+    before it: its deepest past `MAX_DEPTH` ancestors are unplaced, by parent as one by one."""
+    rng = random.Random(7)
+    chain, ppid = [], 200
+    for depth in range(MAX_DEPTH + 3):
+        pid, began, gone = 62000 + depth, 1001 * SEC + depth * 10**7, 1010 * SEC - depth * 10**6
+        chain.append((_stats(rng, pid, pid, ppid, began, gone), gone, 0))
+        ppid = pid
+    quick, _ = passes(chain[::-1], by_parent=True)  # the deepest first, as they end
+    slow, _ = passes(chain[::-1], by_parent=False)
+    assert quick == slow
+    assert quick[0][2] == {"born": MAX_DEPTH + 3, "unplaced": 3}  # 64, 65 and 66 deep
 
 
 def test_most_born_and_gone_processes_are_taken_by_parent():
