@@ -314,23 +314,22 @@ class Engine:
 
         def known(pid: int) -> list[Life]:
             # its records and the readings held, together: a process a pass read whose
-            # record is here too is known with its cgroup (`parent_in`); one gone since a
-            # pass read it, until its record came (its end), or until that pass where no
-            # record was lost (a child begun after it, under its PID taken again, is not
-            # its), else not at all
+            # record is here too is known with its cgroup (`parent_in`); one a pass read,
+            # until its record came (its end, here or in an earlier pass's records: a child
+            # begun after it, under its PID taken again, is not its), else, where a later
+            # pass found it gone, until that pass where no record was lost, or not at all
             hz = self.tracker.hz
             own = ends.get(pid, ())
             lives = list(own)
             for reading, gone in self.tracker.held(pid):
                 life = of_reading(reading.start_ticks, reading.cgroup, hz, gone)
-                if gone is not None:
-                    end = next((end for end in own if _meets(end, life)), None)
-                    if end is not None:
-                        life = life._replace(
-                            gone_from_ns=end.gone_from_ns, gone_by_ns=end.gone_by_ns
-                        )
-                    elif lost_lately:
-                        continue
+                end = next((end for end in own if _meets(end, life)), None)
+                if end is not None:
+                    life = life._replace(gone_from_ns=end.gone_from_ns, gone_by_ns=end.gone_by_ns)
+                elif (ended := self.tracker.ended(pid, reading.start_ticks)) is not None:
+                    life = life._replace(gone_from_ns=ended[0], gone_by_ns=ended[1])
+                elif gone is not None and lost_lately:
+                    continue
                 lives.append(life)
             return lives
 
@@ -368,7 +367,9 @@ class Engine:
 
         own: list[tuple[Fold, Life, bytes | None]] = []
         for fold in folds:  # before the records: a process's last one takes its own
-            life = Life(fold.start_ns - fold.waited_ns, fold.start_ns, None, None, None, fold.ppid)
+            # its parent (at its first record's task's exit) alive then: no parent gone before
+            seen, waited = fold.seen_ns, fold.waited_ns
+            life = Life(fold.start_ns - waited, fold.start_ns, seen - waited, seen, None, fold.ppid)
             cgroup, read = self._own_cgroup(fold.tgid, life)
             if fold.born and not read:  # its process's fields, for its last task's record
                 self.tracker.pend(fold.tgid, fold.start_ns, **process_record_counters(fold))

@@ -124,6 +124,7 @@ class Fold:
         "ppid",
         "read_bytes",
         "run_delay_ns",
+        "seen_ns",
         "start_ns",
         "stime_us",
         "tasks",
@@ -134,11 +135,16 @@ class Fold:
         "write_bytes",
     )  # fmt: skip
 
-    def __init__(self, tgid: int, ppid: int, start_ns: int, waited_ns: int, born: bool):
+    def __init__(
+        self, tgid: int, ppid: int, start_ns: int, waited_ns: int, born: bool, seen_ns: int
+    ):
         self.tgid, self.ppid = tgid, ppid
         self.start_ns = start_ns  # its process's start, as its first record derives it
         self.waited_ns = waited_ns  # the longest any of its records may have waited
         self.born = born  # its process began after the last pass had read every process
+        # its first record's arrival: that task's parent, `ppid`, was alive at its exit,
+        # `waited_ns` before at the earliest
+        self.seen_ns = seen_ns
         self.tasks = self.on_cpu_ns = self.run_delay_ns = 0
         self.voluntary_switches = self.nonvoluntary_switches = 0
         self.read_bytes = self.write_bytes = 0
@@ -766,7 +772,7 @@ class ExitListener:
             if fold is not None:
                 self._folds_done.append(fold)
             born = start_ns - waited > born_after
-            fold = self._folds[tgid] = Fold(tgid, ppid, start_ns, waited, born)
+            fold = self._folds[tgid] = Fold(tgid, ppid, start_ns, waited, born, now)
         elif waited > fold.waited_ns:
             fold.waited_ns = waited
         fold.tasks += 1

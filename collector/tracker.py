@@ -168,6 +168,9 @@ class Tracker:
         self._pending: dict[int, Pending] = {}  # by PID: processes born since, never read
         self._passes = 0
         self._closed: dict[int, int] = {}
+        # the processes held whose last task's record came (`close`), by PID: their start
+        # ticks, and their end as the record tells it (`ended`)
+        self._ended: dict[int, tuple[int, int, int]] = {}
 
     @property
     def previous_listing_ns(self) -> int | None:
@@ -208,6 +211,16 @@ class Tracker:
             old = left.readings.get(pid)
             if old is not None:
                 yield old, left.read_until_ns
+
+    def ended(self, pid: int, start_ticks: int) -> tuple[int, int] | None:
+        """When the process held as PID `pid` that started at `start_ticks` ended, as its
+        last task's record said (`close`), at the earliest and the latest; None where no
+        such record came. A reading held says only that it was alive when read and, where a
+        later pass found it gone, that it was gone by then."""
+        end = self._ended.get(pid)
+        if end is None or end[0] != start_ticks:
+            return None
+        return end[1], end[2]
 
     def _born_since_previous_pass(self, start_ticks: int, at_ns: int) -> bool:
         """The birth rule: started after the previous pass began listing, so it is all new."""
@@ -399,6 +412,9 @@ class Tracker:
                 if found is not None and started_as(found.start_ticks, record, False, hz):
                     thread, finalise, read_at = found, readings is cache, candidate.at_ns
                     break
+            if process is not None and record.last:  # its end (`ended`)
+                received = record.received_ns
+                self._ended[tgid] = (process.start_ticks, received - record.waited_ns, received)
             # No pass read it (what they read and left is kept): it started after the
             # end of the latest pass whose readings went, at its earliest start (its
             # arrival less its life and the longest it waited).
@@ -574,6 +590,12 @@ class Tracker:
                 del pending[pid]
         if self._closed:
             self._closed = {pid: s for pid, s in self._closed.items() if pid in cache}
+        if self._ended:
+            self._ended = {
+                pid: end
+                for pid, end in self._ended.items()
+                if any(pid in readings for readings in (cache, *(k.readings for k in self._left)))
+            }
         self._blocks = carry.blocks
         self._previous_listing_ns, self._read_until_ns = listed_at_ns, until
 

@@ -106,14 +106,20 @@ def test_a_child_of_a_parent_gone_since_the_last_pass_counts_in_that_parents_gro
     assert result.intervals[cart].on_cpu_nanos % 10 == 1
 
 
-def cart_gains(queue: list[bytes], overflows: int = 0) -> tuple[int, object]:
+def cart_gains(
+    queue: list[bytes], overflows: int = 0, folds: list[Fold] = (), gone: tuple[int, ...] = ()
+) -> tuple[int, object]:
     """The on-CPU the cart pod (200's, and 600's in the first pass) gains in the second
-    pass from these records, against the same pass without them; and the pass."""
+    pass from these records and folds, against the same pass without them; and the pass.
+    The PIDs `gone` are gone from `/proc` when the records are placed."""
     gains = []
-    for given in ([], queue):
+    for given, folds_given in (([], []), (queue, folds)):
         engine = engine_after_a_pass()
+        life_now = engine._life_now
+        engine._life_now = lambda pid, life_now=life_now: [] if pid in gone else life_now(pid)
         engine.exits.overflows = overflows
         engine.exits.queue += given
+        engine.exits.folds += folds_given
         result = engine.run_pass()
         gains.append(result.intervals[group_of(engine, 200)].on_cpu_nanos)
     return gains[1] - gains[0], result
@@ -219,9 +225,11 @@ def test_init_is_no_ancestor():
     assert result.exits == {"born": 1, "unplaced": 1}
 
 
-def folded(tgid: int, ppid: int, start_ns: int, born: bool) -> Fold:
-    """Three threads of process `tgid` folded as they came (collector/exits.py, `Fold`)."""
-    fold = Fold(tgid, ppid, start_ns, 0, born)
+def folded(tgid: int, ppid: int, start_ns: int, born: bool, seen_ns: int | None = None) -> Fold:
+    """Three threads of process `tgid` folded as they came (collector/exits.py, `Fold`), the
+    first of them gone at `seen_ns` (by default a second after the process began)."""
+    seen = start_ns + SEC if seen_ns is None else seen_ns
+    fold = Fold(tgid, ppid, start_ns, 0, born, seen)
     fold.tasks, fold.on_cpu_ns, fold.run_delay_ns = 3, 9_000_003, 300
     fold.voluntary_switches, fold.read_bytes, fold.write_bytes = 3, 4096, 8192
     fold.utime_us, fold.stime_us, fold.major_faults = 6000, 3000, 2
@@ -259,6 +267,59 @@ def test_a_born_process_folded_threads_bring_their_times_with_its_last_record():
     # `stat`'s are whole ticks (10 ms): what is below one is the records'
     assert pod.cpu_user_nanos % 10**7 == (6000 + 1000) * 1000
     assert pod.cpu_system_nanos % 10**7 == (3000 + 500) * 1000
+
+
+def test_folded_threads_of_a_born_process_are_not_a_gone_parents_past_its_end():
+    """Process 61000, begun at 1004.5 s and never read, named 600 (the cart pod's, gone
+    since the first pass) as its parent when its first thread exited at 1006 s; 600's own
+    record says it ended at 1004 s, so PID 600 was another's by then (taken again): its
+    threads are not the cart's. With its first thread gone at 1003.9 s, they are."""
+    lived = 996 * 10**6  # µs: 600 began at 8 s
+    end = pack_stats(taskstats(600, 600, ppid=1, lived_us=lived, on_cpu=1), 1004 * SEC)
+    gains = {}
+    for seen in (1006 * SEC, 1003 * SEC + 9 * 10**8):
+        began = seen - SEC // 2
+        gains[seen] = cart_gains([end], folds=[folded(61000, 600, began, True, seen)])[0]
+    assert gains == {1006 * SEC: 0, 1003 * SEC + 9 * 10**8: 9_000_003}
+
+
+def test_a_parent_read_alive_whose_record_came_is_no_parent_past_its_end():
+    """200 (the pod's) was read alive by the second pass, and its last task's record came
+    after, at 1010.5 s: a child begun after that, naming 200, is a later holder's (gone
+    too, from `/proc` as from the records)."""
+    lived = (1010 * SEC + SEC // 2 - 9 * SEC) // 1000  # 200 began at 900 ticks
+    end = pack_stats(taskstats(200, 200, ppid=1, lived_us=lived, on_cpu=1), 1010 * SEC + SEC // 2)
+    after = born_record(200, 7_000_001, 60000, lived_us=100_000, received=1010 * SEC + 7 * 10**8)
+    before = born_record(200, 5_000_010, 60001, lived_us=100_000, received=1010 * SEC + 4 * 10**8)
+    assert cart_gains([before, after, end], gone=(200,))[0] % 10**6 == 10  # and 200's own last
+
+
+def test_a_parent_whose_record_came_a_pass_before_is_no_parent_past_its_end():
+    """600 (the cart pod's) was read by two passes, its last task's record closing its
+    interval in the second (at 1005 s); the third found it gone. A child begun at 1006 s
+    naming 600 is not the cart's; one begun at 1004 s and gone by 1004.5 s is."""
+    gains = []
+    records = [
+        born_record(600, 7_000_001, 60000, lived_us=3 * 10**6, received=1009 * SEC),
+        born_record(600, 5_000_010, 60001, lived_us=SEC // 2 // 1000, received=1004_500_000_000),
+    ]
+    for children in ([], records):
+        run = FixtureRun()
+        engine = run.engine
+        engine.exits = QueuedListener()
+        engine.tracker.keeps_replaced = True
+        engine.run_pass()
+        run.clock.now = 1005 * SEC
+        lived = 997 * 10**6  # µs: 600 began at 8 s
+        engine.exits.queue.append(
+            pack_stats(taskstats(600, 600, ppid=1, lived_us=lived), 1005 * SEC)
+        )
+        engine.run_pass()
+        run.sleep(10)
+        engine.exits.queue += children
+        result = engine.run_pass()
+        gains.append(result.intervals[group_of(engine, 200)].on_cpu_nanos)
+    assert gains[1] - gains[0] == 5_000_010
 
 
 def test_records_lost_are_counted_by_the_group_of_their_tasks_parent():
