@@ -82,6 +82,7 @@ TEST_FILES = (
     "tests/unit/test_incremental.py",
     "tests/unit/test_exits.py",
     "tests/unit/test_gone.py",
+    "tests/unit/test_engine_exits.py",
     "tests/integration/test_oracle.py",
     "tests/unit/test_fuzz.py",
     "tests/kernel/test_cgroup_kernel.py",
@@ -612,6 +613,31 @@ def _mutants() -> Iterator[Mutant]:
         "rows[:] = [tuple(map(sum, zip(*rows, strict=True)))]",
         "rows[:] = rows[-1:]",
         "a cgroup's rows, summed as they pile up, lose all but the last",
+    )  # fmt: skip
+    # -- collector/engine.py: a parent's life, as far as its sources know it ---------------
+    yield m(
+        "engine/held-parent-end-from-records-dropped", ENGINE,
+        "                if end is not None:\n",
+        "                if end is not None and gone is not None:\n",
+        "a parent read alive whose record came in this pass is a parent past its end",
+    )  # fmt: skip
+    yield m(
+        "engine/held-parent-end-from-earlier-records-dropped", ENGINE,
+        "elif (ended := self.tracker.ended(pid, reading.start_ticks)) is not None:",
+        "elif (ended := None) is not None:",
+        "a parent whose record came a pass before is a parent past its end",
+    )  # fmt: skip
+    yield m(
+        "engine/gone-parent-kept-under-loss", ENGINE,
+        "                elif gone is not None and lost_lately:\n                    continue\n",
+        "",
+        "where records were lost, a parent gone without its record is still a parent",
+    )  # fmt: skip
+    yield m(
+        "engine/fold-parent-never-gone", ENGINE,
+        "fold.start_ns, seen - waited, seen, None, fold.ppid)",
+        "fold.start_ns, None, None, None, fold.ppid)",
+        "a fold's parent may have been gone before the fold's first thread exited",
     )  # fmt: skip
     yield m(
         "tracker/unread-pending-not-asked", TRACKER,
