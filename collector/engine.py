@@ -323,11 +323,11 @@ class Engine:
             lives = list(own)
             for reading, gone in self.tracker.held(pid):
                 life = of_reading(reading.start_ticks, reading.cgroup, hz, gone)
-                end = next((end for end in own if _meets(end, life)), None)
+                end = next(((e.gone_from_ns, e.gone_by_ns) for e in own if _meets(e, life)), None)
+                if end is None:
+                    end = self.tracker.ended(pid, reading.start_ticks)
                 if end is not None:
-                    life = life._replace(gone_from_ns=end.gone_from_ns, gone_by_ns=end.gone_by_ns)
-                elif (ended := self.tracker.ended(pid, reading.start_ticks)) is not None:
-                    life = life._replace(gone_from_ns=ended[0], gone_by_ns=ended[1])
+                    life = life._replace(gone_from_ns=end[0], gone_by_ns=end[1])
                 elif gone is not None and lost_lately:
                     continue
                 lives.append(life)

@@ -25,7 +25,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collector import lineage
 from collector.closing import START_TOLERANCE_NS, Pending, whole
 from collector.exits import ExitRecord, ExitRecords, record_of
-from collector.lineage import MAX_DEPTH, PENDING, Life, Sources, ancestor_cgroup
+from collector.lineage import (
+    MAX_DEPTH,
+    PENDING,
+    Life,
+    Sources,
+    ancestor_cgroup,
+    fits_as_parent,
+)
 from collector.model import Fields
 
 # a packed record's fields (`ExitRecords.raw`, `ExitRecord`'s order) read here
@@ -86,15 +93,10 @@ class GoneByParent:
             lives = lives_of.get(ppid)
             if lives is None:
                 lives = lives_of[ppid] = self._known(ppid)
-            # its parent: begun no later than it (at the earliest) and not gone before it
-            # was (at the latest, at the earliest it may have been), as `parent_in` asks;
-            # where more than one holder is known, `close` and the lineage choose
+            # its parent, the one holder known, where it fits (`parent_in`'s rule); where
+            # more than one is known, `close` and the lineage choose
             parent = lives[0] if len(lives) == 1 else None
-            if (
-                parent is None
-                or parent.began_from_ns > group_start
-                or (parent.gone_by_ns is not None and parent.gone_by_ns < received - waited)
-            ):
+            if parent is None or not fits_as_parent(parent, group_start, received - waited):
                 yield record_of(raw)
                 continue
             cgroup = parent.cgroup

@@ -69,22 +69,22 @@ def of_reading(start_ticks: int, cgroup: bytes, hz: int, gone_by_ns: int | None 
     )
 
 
+def fits_as_parent(life: Life, began_by_ns: int, gone_from_ns: int | None) -> bool:
+    """Whether a holder of a child's parent PID may be its parent: begun no later than the
+    child (at the latest it may have, `began_by_ns`), and not gone before the child was (at
+    the earliest it may have been, `gone_from_ns`; None: not known to be gone)."""
+    return life.began_from_ns <= began_by_ns and (
+        life.gone_by_ns is None or gone_from_ns is None or life.gone_by_ns >= gone_from_ns
+    )
+
+
 def parent_in(lives: Iterable[Life], child: Life) -> Life | None:
     """Of the lives of the holders of a child's parent PID, the parent's: begun no later
     than the child (at the earliest it may have), and not gone before the child was (at the
     latest it may have been, at the earliest the child may have been). Where two windows
     allow more than one, the latest begun, as its cgroup is known where any of its own
     lives (the same start) says it."""
-    fits = [
-        life
-        for life in lives
-        if life.began_from_ns <= child.began_by_ns
-        and (
-            life.gone_by_ns is None
-            or child.gone_from_ns is None
-            or life.gone_by_ns >= child.gone_from_ns
-        )
-    ]
+    fits = [life for life in lives if fits_as_parent(life, child.began_by_ns, child.gone_from_ns)]
     if not fits:
         return None
     chosen = max(fits, key=lambda life: life.began_by_ns)

@@ -586,14 +586,14 @@ def _mutants() -> Iterator[Mutant]:
     # -- collector/gone.py: processes born and gone, counted by parent --------------------
     yield m(
         "gone/parent-begun-after-the-child", GONE,
-        "or parent.began_from_ns > group_start",
-        "or parent.began_from_ns > received",
+        "fits_as_parent(parent, group_start, received - waited)",
+        "fits_as_parent(parent, received, received - waited)",
         "a holder of the parent's PID begun after the child (a PID taken again) is its parent",
     )  # fmt: skip
     yield m(
         "gone/parent-gone-before-the-child", GONE,
-        "or (parent.gone_by_ns is not None and parent.gone_by_ns < received - waited)",
-        "",
+        "fits_as_parent(parent, group_start, received - waited)",
+        "fits_as_parent(parent, group_start, None)",
         "a holder of the parent's PID gone before the child was is its parent",
     )  # fmt: skip
     yield m(
@@ -617,14 +617,14 @@ def _mutants() -> Iterator[Mutant]:
     # -- collector/engine.py: a parent's life, as far as its sources know it ---------------
     yield m(
         "engine/held-parent-end-from-records-dropped", ENGINE,
-        "                if end is not None:\n",
-        "                if end is not None and gone is not None:\n",
+        "((e.gone_from_ns, e.gone_by_ns) for e in own if _meets(e, life))",
+        "((e.gone_from_ns, e.gone_by_ns) for e in own if gone and _meets(e, life))",
         "a parent read alive whose record came in this pass is a parent past its end",
     )  # fmt: skip
     yield m(
         "engine/held-parent-end-from-earlier-records-dropped", ENGINE,
-        "elif (ended := self.tracker.ended(pid, reading.start_ticks)) is not None:",
-        "elif (ended := None) is not None:",
+        "end = self.tracker.ended(pid, reading.start_ticks)",
+        "end = None",
         "a parent whose record came a pass before is a parent past its end",
     )  # fmt: skip
     yield m(
