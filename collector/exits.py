@@ -59,9 +59,11 @@ TASKSTATS_TYPE_AGGR_TGID = 5
 AGROUP = 0x20  # include/uapi/linux/acct.h: the last task of its process
 SO_RCVBUFFORCE = 33
 
-BUFFER_BYTES = 16 << 20
-"""The socket's receive buffer by default: the records of a fork storm's bursts while the
-listener waits for the interpreter (docs/performance.md, "Exit records")."""
+BUFFER_BYTES = 32 << 20
+"""The socket's receive buffer by default (the kernel doubles it: 64 MB, ~29,000 records of
+~2.3 KB each, its own memory, not the collector's): the records of a fork storm's bursts while
+the listener gathers them (`_GATHER_SECONDS`) or waits for the interpreter
+(docs/performance.md, "Exit records")."""
 
 MAX_QUEUED = 100_000
 """Records held between two passes at most (packed, `PACKED_BYTES` each: 12.5 MB), 6,600
@@ -424,21 +426,34 @@ where its record is the first after a quiet spell. A wake-up on a quiet socket c
 thread ~50 µs on a VM (docs/performance.md, "Exit records"): 20 a second, 1 ms a second."""
 
 
-_GATHER_SECONDS = (0.002, 0.2)
+_GATHER_SECONDS = (0.002, 0.5)
 """How long the listener lets records gather once some came (`_listen`), at least and at
-most: a wake-up of its thread costs more than taking many records (~110 µs on a VM, the
-sleep's and the first record's cold caches, against ~4 µs a record after it), so records
+most: a wake-up of its thread costs much more than taking a record (~200 µs on a VM, the
+sleep's and the first record's cold caches, against ~3 µs a record after it), so records
 are taken in batches of about `_BATCH`, as long as the rate asks within these bounds (at
-1,000 exits a second, 5 wake-ups a second); a record may wait that much longer in the
-socket (its `waited_ns` says so: a thread begun within it of a pass's end is queued for the
-pass, not folded), the socket's buffer holds it (at 40,000 exits a second, 5 ms: 200
-records, 0.5 MB of the 32 MB the default asks), and a pass that begins takes what is there
-(`pass_began`)."""
-_BATCH = 200
+1,000 exits a second, two wake-ups a second; at 5,000, five). A record may wait that much
+longer in the socket (its `waited_ns` says so), and a pass that begins takes what is there
+(`pass_began`). A pass that has read every process (`pass_read`) cuts a gather short: what
+the socket holds is taken at once, and the next batch within the least gather, so that the
+threads begun since are known to have begun after that pass (folded, not queued). The
+socket's buffer holds what comes meanwhile: a storm of 50,000 exits a second that begins
+as a gather does brings 25,000 records in half a second, ~2.3 KB each of the kernel's
+memory, within the 64 MB the default buffer asks (`BUFFER_BYTES`, doubled by the kernel)."""
+_BATCH = 1000
 MAX_WAIT_SECONDS = max(_WAKE_SECONDS, _GATHER_SECONDS[1])
 """The longest a record may wait in the socket while the listener keeps up (its
 `waited_ns` at most): a task begun less than this after a pass began listing may be one it
 read, and its record cannot say otherwise."""
+
+
+def next_gather(came: int, elapsed: float, short: bool) -> float:
+    """How long the next gather lasts (`_listen`): toward `_BATCH` records at the rate the
+    last `came` records came (over `elapsed` seconds), within `_GATHER_SECONDS`; the least
+    where `short` (a pass has just read every process)."""
+    low, high = _GATHER_SECONDS
+    if short or not came:
+        return low if short else high
+    return min(high, max(low, _BATCH * elapsed / came))
 
 
 _boottime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
@@ -497,6 +512,9 @@ class ExitListener:
         self._socket = self._register() if sock is None else sock  # given: registered
         self._reader: datagrams.DatagramReader = datagrams.of(self._socket)
         self._closed = threading.Event()
+        # set by a pass that has read every process (`pass_read`), and by `close`: a gather
+        # ends (`_gather`)
+        self._nudged = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="exits", daemon=True)
 
     @property
@@ -642,17 +660,27 @@ class ExitListener:
 
     def _listen(self) -> None:
         """Take records off the socket as they come (`_drain`): while they come, a batch
-        every `_GATHER_SECONDS`; on a quiet socket, as soon as one comes, looking again
-        every `_WAKE_SECONDS` (whether it was closed, and that it is still empty)."""
-        gather = _GATHER_SECONDS[1]
+        every `next_gather` (`_gather`); on a quiet socket, as soon as one comes, looking
+        again every `_WAKE_SECONDS` (whether it was closed, and that it is still empty)."""
+        drained_at = time.monotonic()
+        short = False
         while not self._closed.is_set():
             came = self._drain()
-            if came:  # toward batches of `_BATCH` records, within the bounds
-                low, high = _GATHER_SECONDS
-                gather = min(high, max(low, gather * _BATCH / came))
-                self._closed.wait(gather)  # (closing ends it at once)
+            if came:
+                now = time.monotonic()
+                gather = next_gather(came, now - drained_at, short)
+                drained_at = now
+                short = self._gather(gather)
             else:
                 self._wait()
+
+    def _gather(self, seconds: float) -> bool:
+        """Let records gather in the socket for `seconds`; True where a pass that has read
+        every process (`pass_read`) ended it sooner, or `close`."""
+        if self._nudged.wait(seconds):
+            self._nudged.clear()
+            return True
+        return False
 
     def _drain(self) -> int:
         """Take every record the socket holds now, in batches (collector/datagrams.py:
@@ -874,6 +902,7 @@ class ExitListener:
         after that, gone before the next pass lists, is read by no pass and may be folded."""
         with self._lock:
             self._born_after, self._listing_from = read_until_ns, None
+        self._nudged.set()  # what the socket holds is taken now, the next batch soon after
 
     def take(self) -> tuple[ExitRecords, list[Fold]]:
         """The records queued since the last take, in the order they came, and the tasks
@@ -916,6 +945,7 @@ class ExitListener:
         """Stop listening: the thread ends within `_WAKE_SECONDS`, then the socket closes
         (the kernel sends a closed listener nothing more)."""
         self._closed.set()
+        self._nudged.set()
         if self._thread.is_alive():
             self._thread.join(2 * _WAKE_SECONDS)
         with self._lock:  # not while a read is made (`datagrams.Batches`: its descriptor)

@@ -12,6 +12,7 @@ import click
 import cloup
 
 from collector import logs
+from collector.exits import BUFFER_BYTES
 from collector.wiring import Options
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -112,7 +113,7 @@ def shared_options(command: Callable) -> Callable:
             "--collector.exits.buffer-bytes",
             "exits_buffer_bytes",
             type=click.IntRange(min=1 << 16, max=1 << 30),
-            default=16 << 20,
+            default=BUFFER_BYTES,
             show_default=True,
             help="The exit records' socket receive buffer: what arrives while the listener "
             "waits is held there.",

@@ -9,6 +9,8 @@ import struct
 import time
 from collections import Counter
 
+import pytest
+
 from collector import exits
 from collector.exits import (
     TASKSTATS_TYPE_AGGR_PID,
@@ -19,6 +21,7 @@ from collector.exits import (
     ExitListener,
     ExitRecord,
     ExitRecords,
+    next_gather,
     pack_stats,
     parse_messages,
     parse_stats,
@@ -291,6 +294,70 @@ def test_threads_no_pass_reads_are_folded_by_process_the_rest_queued():
     assert (fold.utime_us, fold.stime_us, fold.major_faults) == (900, 600, 3)
     again, folds_again = listener.take()  # taken once
     assert len(again) == 0 and folds_again == []
+
+
+def test_a_gather_lasts_toward_a_batch_at_the_rate_records_came_within_its_bounds():
+    """The next gather takes about `_BATCH` records at the rate the last ones came: at
+    5,000 a second a fifth of a second; at 1,000 a second, no longer than the most (half a
+    second: the socket's buffer holds a storm that begins meanwhile); at a million a
+    second, no shorter than the least; and the least after a pass has read every process."""
+    low, high = exits._GATHER_SECONDS
+    assert (exits._BATCH, low, high) == (1000, 0.002, 0.5)
+    assert next_gather(1000, 0.2, short=False) == pytest.approx(0.2)
+    assert next_gather(1000, 1.0, short=False) == high
+    assert next_gather(200, 0.2, short=False) == high
+    assert next_gather(1000, 0.001, short=False) == low
+    assert next_gather(5000, 1.0, short=True) == low
+    assert next_gather(0, 0.1, short=False) == high
+
+
+def _until(done, what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_a_pass_that_read_every_process_ends_a_gather_so_threads_begun_since_fold(
+    monkeypatch,
+):
+    """Mid-gather (of 30 s here, after a record came), the listener looks at the socket as
+    soon as a pass has read every process, and then takes each record as it comes: a
+    thread begun and gone after that pass is known to have begun after it, and is folded,
+    where a record that waited out the gather (since before the pass) would be queued as
+    one the pass may have read."""
+    monkeypatch.setattr(exits, "_GATHER_SECONDS", (0.002, 30.0))
+    kernel = Netlink()
+    listener = ExitListener(sock=kernel, family=FAMILY).listen()  # CLOCK_BOOTTIME
+    try:
+        kernel.send(exit_message(taskstats(500, 400, last=False, lived_us=10_000), 500))
+        taken(listener, 1)  # (before any pass: queued) a gather of 30 s begins
+        listener.pass_began()
+        read_until = listener.clock()
+        listener.pass_read(read_until)
+        _until(lambda: listener._empty_at > read_until, "the socket looked at after the pass")
+        kernel.send(exit_message(taskstats(501, 400, last=False, lived_us=0), 501))
+        taken(listener, 2)
+        records, folds = listener.take()
+    finally:
+        listener.close()
+        kernel.close()
+    assert [record.pid for record in records] == [500]
+    assert [(fold.tgid, fold.tasks) for fold in folds] == [(400, 1)]
+
+
+def test_closing_ends_a_gather_at_once(monkeypatch):
+    """A listener closed mid-gather (of 30 s here) stops within the wake-up's bound."""
+    monkeypatch.setattr(exits, "_GATHER_SECONDS", (0.002, 30.0))
+    kernel = Netlink()
+    listener = ExitListener(sock=kernel, family=FAMILY).listen()
+    try:
+        kernel.send(exit_message(taskstats(500, 400, last=False, lived_us=1000), 500))
+        taken(listener, 1)  # a gather of 30 s begins
+        listener.close()
+        assert not listener._thread.is_alive()
+    finally:
+        kernel.close()
 
 
 def test_a_record_taken_the_quick_way_is_the_one_parse_stats_reads():
