@@ -30,11 +30,14 @@ from typing import Any, Protocol
 MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
 SLOTS = 256
-"""Datagrams a call at most: a batch the listener gathers (`_BATCH`, 200) in one call."""
-SLOT_BYTES = 4096
+"""Datagrams a call at most: a batch the listener gathers (`_BATCH`, 1,000) in four calls."""
+SLOT_BYTES = 2048
 """Bytes for each datagram: an exit message of a process's last task carries two records
-(its own and its process's sums, ~1.2 KB on Linux 6.x); `struct taskstats` grows only at its
-end, by a few words a version. The buffer: 1 MiB, as one `recvfrom_into` buffer was."""
+where the process had threads (its own and its process's sums: 1,172 bytes on Linux 6.18,
+`struct taskstats` version 16, where a thread's message is 596); the struct grows only at
+its end, by a few words a version. A message cut to its slot is refused and counted, never
+taken. The buffer: 512 KiB, half the pages slots of 4 KB touched (a record took ~0.1-0.2 µs
+longer so: docs/performance.md, "Exit records")."""
 _NAME_BYTES = 12  # struct sockaddr_nl: family, pad, port id (nl_pid), groups
 
 

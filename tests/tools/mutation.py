@@ -583,6 +583,25 @@ def _mutants() -> Iterator[Mutant]:
         "fold.nonvoluntary_switches += voluntary",
         "two fields of a fold's sums are taken from each other's members",
     )  # fmt: skip
+    yield m(
+        "exits/pass-read-ends-no-gather", EXITS,
+        "        self._nudged.set()  # what the socket holds is taken now",
+        "        pass  # what the socket holds is taken now",
+        "a pass that read every process waits out the listener's gather: the threads begun "
+        "after it are queued as ones it may have read",
+    )  # fmt: skip
+    yield m(
+        "exits/close-waits-out-a-gather", EXITS,
+        "        self._closed.set()\n        self._nudged.set()",
+        "        self._closed.set()",
+        "a listener closed mid-gather goes on until the gather ends",
+    )  # fmt: skip
+    yield m(
+        "exits/gather-after-a-pass-not-short", EXITS,
+        "        return low if short else high",
+        "        return high",
+        "after a pass has read every process, the next batch waits the longest gather",
+    )  # fmt: skip
     # -- collector/gone.py: processes born and gone, counted by parent --------------------
     yield m(
         "gone/parent-begun-after-the-child", GONE,
