@@ -36,8 +36,11 @@ SLOT_BYTES = 2048
 where the process had threads (its own and its process's sums: 1,172 bytes on Linux 6.18,
 `struct taskstats` version 16, where a thread's message is 596); the struct grows only at
 its end, by a few words a version. A message cut to its slot is refused and counted, never
-taken. The buffer: 512 KiB, half the pages slots of 4 KB touched (a record took ~0.1-0.2 µs
+taken, and the listener reads with slots twice as large from then on (`MAX_SLOT_BYTES`).
+The buffer: 512 KiB, half the pages slots of 4 KB touched (a record took ~0.1-0.2 µs
 longer so: docs/performance.md, "Exit records")."""
+MAX_SLOT_BYTES = 8192
+"""The most a slot grows to where datagrams come cut (`ExitListener._wider`): 2 MiB in all."""
 _NAME_BYTES = 12  # struct sockaddr_nl: family, pad, port id (nl_pid), groups
 
 

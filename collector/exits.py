@@ -426,36 +426,39 @@ where its record is the first after a quiet spell. A wake-up on a quiet socket c
 thread ~50 µs on a VM (docs/performance.md, "Exit records"): 20 a second, 1 ms a second."""
 
 
-_GATHER_SECONDS = (0.002, 0.5)
+_GATHER_SECONDS = (0.002, 0.4)
 """How long the listener lets records gather once some came (`_listen`), at least and at
 most: a wake-up of its thread costs much more than taking a record (~200 µs on a VM, the
 sleep's and the first record's cold caches, against ~3 µs a record after it), so records
 are taken in batches of about `_BATCH`, as long as the rate asks within these bounds (at
-1,000 exits a second, two wake-ups a second; at 5,000, five). A record may wait that much
-longer in the socket (its `waited_ns` says so), and a pass that begins takes what is there
-(`pass_began`). A pass that has read every process (`pass_read`) cuts a gather short: what
-the socket holds is taken at once, and the next batch within the least gather, so that the
-threads begun since are known to have begun after that pass (folded, not queued). The
-socket's buffer holds what comes meanwhile: a storm of 50,000 exits a second that begins
-as a gather does brings 25,000 records in half a second, ~2.3 KB each of the kernel's
-memory, within the 64 MB the default buffer asks (`BUFFER_BYTES`, doubled by the kernel)."""
+1,000 exits a second, two or three wake-ups a second; at 5,000, five). A record may wait
+that much longer in the socket (its `waited_ns` says so), and a pass that begins takes what
+is there (`pass_began`). A pass that has read every process (`pass_read`) cuts a gather
+short: what the socket holds is taken at once, and the next batch within the least gather,
+so that the threads begun since are known to have begun after that pass (folded, not
+queued). After that, and after a quiet spell, a gather is at most `_RAMP` times the last:
+a storm that begins then is measured before it can fill the socket. The socket's buffer
+holds what comes meanwhile: ~29,000 records (2,304 bytes each of the kernel's memory, in
+the 64 MB the default buffer asks, `BUFFER_BYTES` doubled by the kernel), a storm of
+72,000 exits a second that begins with the longest gather, as 16 MB held a storm of 72,000
+a second over gathers of at most 0.2 s before."""
 _BATCH = 1000
+_RAMP = 4
 MAX_WAIT_SECONDS = max(_WAKE_SECONDS, _GATHER_SECONDS[1])
 """The longest a record may wait in the socket while the listener keeps up (its
 `waited_ns` at most): a task begun less than this after a pass began listing may be one it
 read, and its record cannot say otherwise."""
 
 
-def next_gather(came: int, elapsed: float, short: bool) -> float:
+def next_gather(came: int, elapsed: float, last: float) -> float:
     """How long the next gather lasts (`_listen`): toward `_BATCH` records at the rate the
-    last `came` records came (over `elapsed` seconds), within `_GATHER_SECONDS`; the least
-    where `short` (a pass has just read every process)."""
+    last `came` records came (over `elapsed` seconds), within `_GATHER_SECONDS`, and at most
+    `_RAMP` times the `last` one."""
     low, high = _GATHER_SECONDS
-    if short or not came:
-        return low if short else high
-    return min(high, max(low, _BATCH * elapsed / came))
+    return min(high, _RAMP * last, max(low, _BATCH * elapsed / max(came, 1)))
 
 
+_monotonic = time.monotonic  # the listener's schedule (`_listen`): a test's, where it sets one
 _boottime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
 """CLOCK_BOOTTIME, in ns (a partial: no Python frame, read twice a record)."""
 
@@ -662,17 +665,19 @@ class ExitListener:
         """Take records off the socket as they come (`_drain`): while they come, a batch
         every `next_gather` (`_gather`); on a quiet socket, as soon as one comes, looking
         again every `_WAKE_SECONDS` (whether it was closed, and that it is still empty)."""
-        drained_at = time.monotonic()
-        short = False
+        first = _GATHER_SECONDS[0] / _RAMP  # the next gather: the least
+        drained_at, gather = _monotonic(), first
         while not self._closed.is_set():
             came = self._drain()
             if came:
-                now = time.monotonic()
-                gather = next_gather(came, now - drained_at, short)
+                now = _monotonic()
+                gather = next_gather(came, now - drained_at, gather)
                 drained_at = now
-                short = self._gather(gather)
+                if self._gather(gather):  # a pass has read every process
+                    gather = first
             else:
                 self._wait()
+                gather = first
 
     def _gather(self, seconds: float) -> bool:
         """Let records gather in the socket for `seconds`; True where a pass that has read
@@ -716,6 +721,7 @@ class ExitListener:
                 now = tried_at = clock()  # (before the next read: it may find it empty)
                 waited = now - self._empty_at
                 buffer, slot, sizes, ports = reader.buffer, reader.slot, reader.sizes, reader.ports
+                cut = False
                 for i in range(got):
                     if ports[i]:  # another process, sending to our port (`from_kernel`)
                         refused["not_kernel"] += 1
@@ -724,10 +730,28 @@ class ExitListener:
                     if size <= 0:
                         if size:  # cut to its slot (`datagrams.MSG_TRUNC`)
                             refused["malformed"] += 1
+                            cut = True
                         continue
                     came += 1
                     if not take(buffer, i * slot, size, now, waited):
                         self._take_message(bytes(buffer[i * slot : i * slot + size]), now, waited)
+                if cut and isinstance(reader, datagrams.Batches):
+                    reader = self._reader = self._wider(reader)
+
+    def _wider(self, reader: datagrams.Batches) -> datagrams.Batches:
+        """The reader from now on where a datagram came cut to its slot: a kernel whose
+        exit messages outgrow `datagrams.SLOT_BYTES` (`struct taskstats` grows at its end
+        from one version to the next), or a message no kernel sends: slots twice as large,
+        up to `datagrams.MAX_SLOT_BYTES`, said once each time."""
+        if reader.slot >= datagrams.MAX_SLOT_BYTES:
+            return reader
+        log.warning(
+            "exit records: a message longer than %d bytes was cut (refused, counted as "
+            "malformed); reading %d bytes a message from now on",
+            reader.slot,
+            2 * reader.slot,
+        )
+        return datagrams.Batches(self._socket, slot=2 * reader.slot)
 
     def _take_message(self, data: bytes, now: int, waited: int) -> None:
         """A datagram `_take_one` does not take, read by `parse_messages` (which refuses
@@ -929,7 +953,9 @@ class ExitListener:
         return lost
 
     def _wait(self) -> None:
-        """Until the socket has something to read, or `_WAKE_SECONDS`."""
+        """Until the socket has something to read, or `_WAKE_SECONDS` (a pass that read
+        every process meanwhile asks nothing more: the next batch is the least gather)."""
+        self._nudged.clear()
         try:
             select.select([self._socket], [], [], _WAKE_SECONDS)
         except (OSError, TypeError, ValueError):  # closed meanwhile, or no descriptor

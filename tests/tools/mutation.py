@@ -81,6 +81,7 @@ TEST_FILES = (
     "tests/unit/test_cgroup_golden.py",
     "tests/unit/test_incremental.py",
     "tests/unit/test_exits.py",
+    "tests/unit/test_datagrams.py",
     "tests/unit/test_gone.py",
     "tests/unit/test_engine_exits.py",
     "tests/integration/test_oracle.py",
@@ -598,9 +599,22 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "exits/gather-after-a-pass-not-short", EXITS,
-        "        return low if short else high",
-        "        return high",
-        "after a pass has read every process, the next batch waits the longest gather",
+        "                if self._gather(gather):  # a pass has read every process\n"
+        "                    gather = first",
+        "                self._gather(gather)",
+        "after a pass has read every process, the next batch waits as long as the last",
+    )  # fmt: skip
+    yield m(
+        "exits/gather-not-ramped", EXITS,
+        "    return min(high, _RAMP * last, max(low, _BATCH * elapsed / max(came, 1)))",
+        "    return min(high, max(low, _BATCH * elapsed / max(came, 1)))",
+        "a storm that begins after a quiet spell waits out the longest gather in the socket",
+    )  # fmt: skip
+    yield m(
+        "exits/cut-slots-never-grow", EXITS,
+        "                    reader = self._reader = self._wider(reader)",
+        "                    pass",
+        "where a kernel's messages outgrow the slots, every such record is refused for good",
     )  # fmt: skip
     # -- collector/gone.py: processes born and gone, counted by parent --------------------
     yield m(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import logging
 import socket
 import struct
 import time
@@ -231,6 +232,33 @@ def test_the_listener_takes_each_slot_of_every_batch_until_the_socket_is_empty()
     assert listener.overflows == 1 and listener.received == 7
     assert all(r.waited_ns == r.received_ns - empty_at for r in records)
     assert listener._empty_at == records[1].received_ns  # taken before the read found it empty
+
+
+def test_a_datagram_cut_to_its_slot_is_refused_and_the_slots_grow_from_then_on(netlink, caplog):
+    """Datagrams longer than the listener's slots (a kernel whose messages outgrew them)
+    come cut: each is refused as malformed, and the listener says so and reads with slots
+    twice as large from then on, until they fit (here the kernel's answers to
+    `CTRL_CMD_GETFAMILY`, of a family not the listener's: refused as such once whole)."""
+    netlink.setblocking(False)
+    _ask(netlink, 1)
+    size = len(netlink.recv(65536))  # an answer's size
+    listener = ExitListener(clock=time.monotonic_ns, sock=netlink, family=0x7FFF)
+    listener._reader = Batches(netlink, slots=4, slot=64)
+    slots: list[int] = []
+    with caplog.at_level(logging.WARNING, logger="collector.exits"):
+        for _ in range(10):
+            if listener._reader.slot >= size:
+                break
+            slots.append(listener._reader.slot)
+            _answered(netlink, 2)
+            listener._drain()
+        _answered(netlink, 2)
+        listener._drain()
+    assert size > 64 and slots == [64 << k for k in range(len(slots))]
+    assert listener._reader.slot == 64 << len(slots) >= size
+    assert listener.refused == Counter(malformed=2 * len(slots), not_taskstats=2)
+    said = [record for record in caplog.records if "was cut" in record.getMessage()]
+    assert len(said) == len(slots)
 
 
 def _refusing(code: int, then=None):

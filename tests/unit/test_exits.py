@@ -298,17 +298,52 @@ def test_threads_no_pass_reads_are_folded_by_process_the_rest_queued():
 
 def test_a_gather_lasts_toward_a_batch_at_the_rate_records_came_within_its_bounds():
     """The next gather takes about `_BATCH` records at the rate the last ones came: at
-    5,000 a second a fifth of a second; at 1,000 a second, no longer than the most (half a
-    second: the socket's buffer holds a storm that begins meanwhile); at a million a
-    second, no shorter than the least; and the least after a pass has read every process."""
+    5,000 a second a fifth of a second; at 1,000 a second, no longer than the most (0.4 s:
+    the socket's buffer holds a storm that begins meanwhile); at a million a second, no
+    shorter than the least; and at most `_RAMP` times the last one."""
     low, high = exits._GATHER_SECONDS
-    assert (exits._BATCH, low, high) == (1000, 0.002, 0.5)
-    assert next_gather(1000, 0.2, short=False) == pytest.approx(0.2)
-    assert next_gather(1000, 1.0, short=False) == high
-    assert next_gather(200, 0.2, short=False) == high
-    assert next_gather(1000, 0.001, short=False) == low
-    assert next_gather(5000, 1.0, short=True) == low
-    assert next_gather(0, 0.1, short=False) == high
+    assert (exits._BATCH, low, high, exits._RAMP) == (1000, 0.002, 0.4, 4)
+    assert next_gather(1000, 0.2, last=high) == pytest.approx(0.2)
+    assert next_gather(1000, 1.0, last=high) == high
+    assert next_gather(200, 0.2, last=high) == high
+    assert next_gather(1000, 0.001, last=high) == low
+    assert next_gather(1, 30.0, last=low / 4) == low
+    assert next_gather(1000, 1.0, last=0.05) == pytest.approx(0.2)
+    assert next_gather(0, 0.1, last=high) == high
+
+
+def test_after_a_pass_or_a_quiet_spell_the_gathers_begin_at_the_least_and_grow_fourfold(
+    monkeypatch,
+):
+    """The listener's schedule, each drain scripted (1,000 records every 0.2 s: 5,000 a
+    second, toward gathers of 0.2 s): from its start, gathers of 2, 8, 32, 128 ms, then
+    0.2 s; a pass that has read every process ends one, and the next is 2 ms again; so
+    after a drain that found the socket quiet."""
+    listener = ExitListener(sock=Netlink(), family=FAMILY)
+    clock = [0.0]
+    monkeypatch.setattr(exits, "_monotonic", lambda: clock[0])
+    drains = iter([1000] * 6 + [1000] * 2 + [0] + [1000] * 2)
+    ends = iter([False] * 5 + [True] + [False] * 10)  # the 6th gather: a pass's read
+    gathers: list[float] = []
+
+    def drain() -> int:
+        came = next(drains, None)
+        if came is None:
+            listener._closed.set()
+            return 0
+        clock[0] += 0.2
+        return came
+
+    def gather(seconds: float) -> bool:
+        gathers.append(round(seconds, 6))
+        return next(ends)
+
+    monkeypatch.setattr(listener, "_drain", drain)
+    monkeypatch.setattr(listener, "_gather", gather)
+    monkeypatch.setattr(listener, "_wait", lambda: None)
+    listener._listen()
+    listener._socket.close()
+    assert gathers == [0.002, 0.008, 0.032, 0.128, 0.2, 0.2, 0.002, 0.008, 0.002, 0.008]
 
 
 def _until(done, what: str) -> None:
@@ -326,7 +361,7 @@ def test_a_pass_that_read_every_process_ends_a_gather_so_threads_begun_since_fol
     thread begun and gone after that pass is known to have begun after it, and is folded,
     where a record that waited out the gather (since before the pass) would be queued as
     one the pass may have read."""
-    monkeypatch.setattr(exits, "_GATHER_SECONDS", (0.002, 30.0))
+    monkeypatch.setattr(exits, "_GATHER_SECONDS", (30.0, 30.0))
     kernel = Netlink()
     listener = ExitListener(sock=kernel, family=FAMILY).listen()  # CLOCK_BOOTTIME
     try:
@@ -347,14 +382,15 @@ def test_a_pass_that_read_every_process_ends_a_gather_so_threads_begun_since_fol
 
 
 def test_closing_ends_a_gather_at_once(monkeypatch):
-    """A listener closed mid-gather (of 30 s here) stops within the wake-up's bound."""
-    monkeypatch.setattr(exits, "_GATHER_SECONDS", (0.002, 30.0))
+    """A listener closed mid-gather (of 30 s here) stops at once, not when it ends."""
+    monkeypatch.setattr(exits, "_GATHER_SECONDS", (30.0, 30.0))
     kernel = Netlink()
     listener = ExitListener(sock=kernel, family=FAMILY).listen()
     try:
         kernel.send(exit_message(taskstats(500, 400, last=False, lived_us=1000), 500))
         taken(listener, 1)  # a gather of 30 s begins
         listener.close()
+        listener._thread.join(10)
         assert not listener._thread.is_alive()
     finally:
         kernel.close()
