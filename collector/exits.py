@@ -440,8 +440,8 @@ queued). After that, and after a quiet spell, a gather is at most `_RAMP` times 
 a storm that begins then is measured before it can fill the socket. The socket's buffer
 holds what comes meanwhile: ~29,000 records (2,304 bytes each of the kernel's memory, in
 the 64 MB the default buffer asks, `BUFFER_BYTES` doubled by the kernel), a storm of
-72,000 exits a second that begins with the longest gather, as 16 MB held a storm of 72,000
-a second over gathers of at most 0.2 s before."""
+72,000 exits a second that begins with the longest gather, as 16 MiB (doubled) held over
+gathers of at most 0.2 s before."""
 _BATCH = 1000
 _RAMP = 4
 MAX_WAIT_SECONDS = max(_WAKE_SECONDS, _GATHER_SECONDS[1])
@@ -452,10 +452,10 @@ read, and its record cannot say otherwise."""
 
 def next_gather(came: int, elapsed: float, last: float) -> float:
     """How long the next gather lasts (`_listen`): toward `_BATCH` records at the rate the
-    last `came` records came (over `elapsed` seconds), within `_GATHER_SECONDS`, and at most
-    `_RAMP` times the `last` one."""
+    last `came` records (at least one) came (over `elapsed` seconds), within
+    `_GATHER_SECONDS`, and at most `_RAMP` times the `last` one."""
     low, high = _GATHER_SECONDS
-    return min(high, _RAMP * last, max(low, _BATCH * elapsed / max(came, 1)))
+    return min(high, _RAMP * last, max(low, _BATCH * elapsed / came))
 
 
 _monotonic = time.monotonic  # the listener's schedule (`_listen`): a test's, where it sets one

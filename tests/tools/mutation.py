@@ -606,8 +606,8 @@ def _mutants() -> Iterator[Mutant]:
     )  # fmt: skip
     yield m(
         "exits/gather-not-ramped", EXITS,
-        "    return min(high, _RAMP * last, max(low, _BATCH * elapsed / max(came, 1)))",
-        "    return min(high, max(low, _BATCH * elapsed / max(came, 1)))",
+        "    return min(high, _RAMP * last, max(low, _BATCH * elapsed / came))",
+        "    return min(high, max(low, _BATCH * elapsed / came))",
         "a storm that begins after a quiet spell waits out the longest gather in the socket",
     )  # fmt: skip
     yield m(

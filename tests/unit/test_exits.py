@@ -309,7 +309,6 @@ def test_a_gather_lasts_toward_a_batch_at_the_rate_records_came_within_its_bound
     assert next_gather(1000, 0.001, last=high) == low
     assert next_gather(1, 30.0, last=low / 4) == low
     assert next_gather(1000, 1.0, last=0.05) == pytest.approx(0.2)
-    assert next_gather(0, 0.1, last=high) == high
 
 
 def test_after_a_pass_or_a_quiet_spell_the_gathers_begin_at_the_least_and_grow_fourfold(
